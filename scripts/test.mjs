@@ -194,7 +194,7 @@ function runTier(n, batch, measured) {
         const s = (Date.now() - t) / 1000;
         measured[keyOf(f)] = Math.round(s * 10) / 10;
         const ok = code === 0 && signal === null;
-        if (!ok) failed.push(f);
+        if (!ok) failed.push({ f, head: `${signal ?? `exit ${code}`} after ${s.toFixed(1)} s`, text: Buffer.concat(out).toString('utf8') });
         const besides = kind === 'any' ? '' : `, ${kind}`;
         const cpuText = Number.isNaN(cpu) ? '' : ` (${cpu.toFixed(1)} s of CPU)`;
         process.stdout.write(`\n# ${keyOf(f)}: ${ok ? 'passed' : `FAILED (${signal ?? `exit ${code}`})`} in ${s.toFixed(1)} s${cpuText}${besides}\n`);
@@ -254,9 +254,24 @@ for (const { name, n, files: batch } of ALL_TIERS) {
   );
   failedAll.push(...failed);
 }
+
+/**
+ * What a failed file reported, again at the end of the run (CI shows the tail of a run's output): the spec reporter's
+ * "failing tests" section, else the file's last lines (it crashed or was killed before its summary).
+ */
+function failureExcerpt(text, maxLines = 60) {
+  // Node's own stack frames say nothing about the failure.
+  const lines = text.split('\n').filter((l) => !/^\s+at (.*\(node:|node:|new (Safe)?Promise|Array\.map)/.test(l));
+  const at = lines.findIndex((l) => l.includes('failing tests:'));
+  const part = at >= 0 ? lines.slice(at) : lines.slice(-maxLines);
+  return (part.length > maxLines ? [...part.slice(0, maxLines), `  ... (${part.length - maxLines} more lines above, under its name)`] : part)
+    .map((l) => `  | ${l}`)
+    .join('\n');
+}
 writeFileSync(LAST_DURATIONS, `${JSON.stringify({ ...durations, ...measured }, Object.keys({ ...durations, ...measured }).sort(), 1)}\n`);
 if (failedAll.length > 0) {
   process.exitCode = 1;
-  console.log(`\nfailed files (their output is above, under their name):\n${failedAll.map((f) => `  ${keyOf(f)}`).join('\n')}`);
+  for (const { f, head, text } of failedAll) console.log(`\n# ${keyOf(f)} FAILED (${head}); what it reported:\n${failureExcerpt(text)}`);
+  console.log(`\nfailed files (their whole output is above, under their name):\n${failedAll.map(({ f }) => `  ${keyOf(f)}`).join('\n')}`);
 }
 if (outcomes.length > 0) console.log(`\n${tier ?? 'all'} tests: ${outcomes.join('; ')} (${((Date.now() - started) / 1000).toFixed(0)} s in all)`);
