@@ -209,10 +209,23 @@ export class Cluster extends EventEmitter {
     this.colocation.set(kind, at);
   }
 
-  /** The epoch under which this broker owns the resource and serves it now, or null. */
+  /**
+   * The epoch under which this broker owns the resource and serves it now, or null. Null too once a whole lease has
+   * passed since the last renewal was sent (leaseCurrent): a process thawed after SIGSTOP handles the requests queued
+   * on its sockets before its heartbeat timer runs, and must not answer them as the owner it no longer is.
+   */
   owns(kind: ResourceKind, name: string): number | null {
     const h = this.held.get(kind)!.get(name);
-    return h && h.state === 'owned' ? h.epoch : null;
+    return h && h.state === 'owned' && this.leaseCurrent() ? h.epoch : null;
+  }
+
+  /**
+   * Whether this broker's membership lease still runs by its own clock: the store renewed it after the last accepted
+   * heartbeat was sent, so counting from the sending never outlasts it. False from a whole lease on, whatever the
+   * heartbeat timer has noticed yet (it gives everything up at its next beat: beat()).
+   */
+  leaseCurrent(): boolean {
+    return Date.now() - this.lastRenewal <= this.leaseMs;
   }
 
   /** Names of the resources of a kind owned and served here now. */
@@ -226,7 +239,7 @@ export class Cluster extends EventEmitter {
    */
   owner(kind: ResourceKind, name: string): { broker: number; epoch: number } | null {
     const h = this.held.get(kind)!.get(name);
-    if (h && h.state === 'owned') return { broker: this.id, epoch: h.epoch };
+    if (h && h.state === 'owned' && this.leaseCurrent()) return { broker: this.id, epoch: h.epoch };
     const row = this.known.get(kind)!.get(name);
     if (row && row.owner !== null && row.owner !== this.id && this.isAlive(row.owner, row.incarnation)) return { broker: row.owner, epoch: row.epoch };
     return null;
@@ -261,6 +274,7 @@ export class Cluster extends EventEmitter {
       await h.busy;
       return this.ensure(kind, name);
     }
+    if (h?.state === 'owned') throw lapsed(kind, name);
     if (this.placement(kind, name) !== this.id) throw new FlowError('NOT_OWNER', `the ${kind} ${name} is served by broker ${this.placement(kind, name)}`);
     return this.take(kind, name, false);
   }
@@ -278,6 +292,7 @@ export class Cluster extends EventEmitter {
       await h.busy;
       return this.claim(kind, name, opts);
     }
+    if (h?.state === 'owned') throw lapsed(kind, name);
     return this.take(kind, name, opts.force === true);
   }
 
@@ -580,6 +595,11 @@ export class Cluster extends EventEmitter {
     await h.busy;
     if (!lost) await this.store.notify('cluster', this.incarnation).catch(() => undefined);
   }
+}
+
+/** Held here, but the lease has lapsed (leaseCurrent): given up at the next beat, not claimed again before. */
+function lapsed(kind: ResourceKind, name: string): FlowError {
+  return new FlowError('NOT_OWNER', `the ${kind} ${name} is not served here: this broker's lease lapsed (it registers again)`);
 }
 
 async function limited<T>(items: readonly T[], n: number, fn: (item: T) => Promise<void>): Promise<void> {
