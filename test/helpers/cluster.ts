@@ -543,7 +543,7 @@ export class TestCluster {
     process.off('exit', this.onExit);
     await this.haproxy?.stop();
     await Promise.all([this.pg.stop(), this.s3.close()]);
-    for (const d of this.dirs) rmSync(d, { recursive: true, force: true });
+    for (const d of this.dirs) rmSync(d, { recursive: true, force: true, maxRetries: 5 });
   }
 }
 

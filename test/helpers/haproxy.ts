@@ -156,7 +156,7 @@ export async function startHAProxy(backends: readonly ProxyBackend[]): Promise<H
     async stop() {
       process.off('exit', onExit);
       await stopAll();
-      await rm(dir, { recursive: true, force: true });
+      await rm(dir, { recursive: true, force: true, maxRetries: 5 });
     },
   };
 }

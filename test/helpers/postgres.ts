@@ -191,7 +191,7 @@ export async function startPostgres(opts: StartPostgresOptions = {}): Promise<Po
       running = false;
       process.off('exit', onExit);
       await pgExec('pg_ctl', ['-D', data, '-m', 'fast', '-w', '-t', '60', 'stop']).catch(() => undefined);
-      await rm(dir, { recursive: true, force: true });
+      await rm(dir, { recursive: true, force: true, maxRetries: 5 });
     },
   };
 }

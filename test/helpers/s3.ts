@@ -94,7 +94,7 @@ export async function startS3(opts: StartS3Options = {}): Promise<S3TestServer> 
     start,
     close: async () => {
       await stop();
-      await rm(directory, { recursive: true, force: true });
+      await rm(directory, { recursive: true, force: true, maxRetries: 5 });
     },
   };
 }

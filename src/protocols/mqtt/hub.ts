@@ -18,6 +18,7 @@ import { ReasonCode, type ProtocolLevel, type Will } from './codec/index.js';
 import { EXPIRY_NEVER, type ResolvedMqttOptions } from './options.js';
 import type { MqttClusterHost, SessionConnection, SessionMoveReason } from './types.js';
 import { MqttClusterSessions } from './cluster.js';
+import { publishSysTopics } from './sys.js';
 import { persistKeys, restoreKeys } from './qos2.js';
 import {
   MqttSession,
@@ -53,6 +54,16 @@ function readVersion(): string {
  * Why a message handed to a session never reached its client. Each is counted as dropped (engine
  * `stats.dropped`, `$SYS/broker/messages/dropped`) and taken out of the engine's `delivered`.
  */
+/** The store writes of one flush that publishers' acknowledgements wait for (MqttHub.queueWrites). */
+interface Round {
+  done: Promise<void>;
+  resolve: () => void;
+  writes: Promise<unknown>[];
+  /** A write refused FENCED (its session owned elsewhere now), and the acknowledgements' view of it. */
+  fenced: unknown;
+  checked: Promise<void> | null;
+}
+
 export interface MqttDropCounts {
   /** Online: the queue behind the in-flight window was full (`maxQueued`; QoS 0 evicted first). */
   queueFull: number;
@@ -125,7 +136,7 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
   private flushScheduled = false;
   private readonly dirty = new Set<MqttSession>();
   /** Someone waits for the queue writes of the flush now scheduled (see queueWrites). */
-  private round: { done: Promise<void>; resolve: () => void; writes: Promise<unknown>[] } | null = null;
+  private round: Round | null = null;
   private closed = false;
   /** Cluster mode: session ownership and takeover across brokers; null on a single broker. */
   readonly cluster: MqttClusterSessions<MqttSession> | null;
@@ -591,9 +602,24 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
     if (this.round === null) {
       let resolve!: () => void;
       const done = new Promise<void>((r) => (resolve = r));
-      this.round = { done, resolve, writes: [] };
+      this.round = { done, resolve, writes: [], fenced: undefined, checked: null };
     }
     return this.round.done;
+  }
+
+  /**
+   * queueWrites for a publisher's acknowledgement: rejected (FENCED) when a write of the round was refused because
+   * another broker owns its session now (cluster mode: this broker's lease lapsed, or the session moved), since a
+   * message delivered to that session here is stored for nobody; the publisher gets no positive acknowledgement and
+   * sends it again (publish-in.ts storeRefused). Other failed writes are logged and do not hold it (queueWrites).
+   */
+  queueWritesFenced(): Promise<void> | null {
+    const done = this.queueWrites();
+    if (done === null) return null;
+    const round = this.round!;
+    return (round.checked ??= done.then(() => {
+      if (round.fenced !== undefined) throw round.fenced;
+    }));
   }
 
   /** Issues one store transaction with a session's pending changes (also before anything reads its queue). */
@@ -630,6 +656,7 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
     // Not awaited, and the next flush may be issued before this one resolves: a session's queue changes apply in the
     // order issued (the store's per-key order on the client id, src/storage/metastore/types.ts), which is also why a
     // remove of a seq learnt from an earlier result can follow at once.
+    const round = this.round;
     const written = this.store.updateQueue(s.clientId, { replace, remove, append, marks }, max, s.epoch).then(
       ({ seqs, dropped }) => {
         for (let k = 0; k < appended.length; k++) {
@@ -656,11 +683,12 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
       },
       (err: unknown) => {
         for (const d of appended) if (d.afterWrite !== undefined) afterWrite(d, null);
+        if (round !== null && appended.length > 0 && isFlowError(err, 'FENCED')) round.fenced ??= err;
         this.storeFailed('updateQueue', err, s.clientId);
       },
     );
     // Flushed ahead of the scheduled round (a read of the queue) or in it: the round's waiters wait for it too.
-    this.round?.writes.push(written);
+    round?.writes.push(written);
   }
 
   /**
@@ -733,37 +761,16 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
     }
   }
 
-  /** Broker statistics under $SYS/broker/, retained (in memory only) so a new subscriber sees them at once. */
+  /** Broker statistics under $SYS/broker/ (sys.ts). */
   publishSys(): void {
-    const e = this.ctx.engine;
-    const topics: Array<[string, string]> = [
-      ['version', `FlowMQ ${this.version}`],
-      ['uptime', `${Math.floor((Date.now() - this.started) / 1000)} seconds`],
-      ['clients/connected', String(this.connectedCount)],
-      ['clients/total', String(this.sessions.size)],
-      ['messages/received', String(this.stats.messagesReceived)],
-      ['messages/sent', String(this.stats.messagesSent)],
-      ['messages/dropped', String(e.stats.dropped)],
-      ['retained messages/count', String(e.retained.size)],
-    ];
-    for (const [t, v] of topics) {
-      try {
-        // Retained: a failing retained-store write (disk full) is logged, not left as an unhandled rejection that would
-        // end the process.
-        e.publish({
-          topic: `$SYS/broker/${t}`,
-          payload: Buffer.from(v),
-          key: null,
-          headers: [],
-          timestamp: Date.now(),
-          qos: 0,
-          retain: true,
-          origin: 'mqtt:$SYS',
-        })?.catch((err: unknown) => this.logLimit.log('warn', 'sys-retain', { err: String(err) }, 'mqtt $SYS retained message not stored'));
-      } catch (err) {
-        this.ctx.logger.warn({ err: String(err) }, 'mqtt $SYS publish failed');
-      }
-    }
+    publishSysTopics(this.ctx, this.logLimit, {
+      version: this.version,
+      started: this.started,
+      connected: this.connectedCount,
+      total: this.sessions.size,
+      received: this.stats.messagesReceived,
+      sent: this.stats.messagesSent,
+    });
   }
 
   private storeFailed(op: string, err: unknown, clientId?: string): void {

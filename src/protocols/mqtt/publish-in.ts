@@ -195,8 +195,9 @@ export function onPublish(conn: MqttLink, p: PublishPacket): void {
     }
   } else conn.inQos1++;
   // ...and once the deliveries to persistent sessions are in their store queues (written at the next tick, so
-  // that a kill -9 after the PUBACK loses none of them whatever the store's commit latency).
-  const queued = conn.hub.queueWrites();
+  // that a kill -9 after the PUBACK loses none of them whatever the store's commit latency); refused when a session's
+  // write was fenced (owned by another broker now: the message is stored for nobody there, hub.queueWritesFenced).
+  const queued = conn.hub.queueWritesFenced();
   if (queued !== null) durable = durable === null ? queued : Promise.all([durable, queued]).then(() => undefined);
   faultPoint(msg, durable);
   // QoS 1: PUBACK once every capturing stream has the message durably; QoS 2: PUBREC likewise.
@@ -250,7 +251,7 @@ function routeLater(conn: MqttLink, p: PublishPacket, msg: Message, key: PubKey 
 function routeNow(conn: MqttLink, qos: number, msg: Message): Promise<void> | null {
   let durable = conn.ctx.engine.publish(msg, undefined, qos > 0);
   if (qos === 0) return durable;
-  const queued = conn.hub.queueWrites();
+  const queued = conn.hub.queueWritesFenced();
   if (queued !== null) durable = durable === null ? queued : Promise.all([durable, queued]).then(() => undefined);
   faultPoint(msg, durable);
   return durable;

@@ -53,4 +53,5 @@ export interface MqttClusterHost<S extends ClusterSession> {
   dropSession(s: S, reason: SessionMoveReason | null): void;
   /** Settles once the store writes of the deliveries made so far have settled (null: none pending). */
   queueWrites(): Promise<void> | null;
+  queueWritesFenced(): Promise<void> | null;
 }

@@ -225,6 +225,27 @@ describe('MQTT sessions across brokers (in process)', () => {
     assert.ok(rec !== null);
   });
 
+  it("a publish reaching a session the broker lost (its write fenced) is not acknowledged: the publisher sends it again", async () => {
+    const w = world();
+    const a = await node(w, 1);
+    const b = await node(w, 2);
+    const sub = await connect5(a.port, 'dev-9');
+    await subscribe(sub.c, 'g/#');
+    sub.c.send({ type: 'disconnect', reasonCode: 0 });
+    await sub.c.waitClosed();
+    await until(() => a.listener.hub.sessions.get('dev-9')?.conn === null, 'offline on A');
+    // B takes the session without A (as a broker thawed after SIGSTOP past its lease finds it): A still serves it.
+    w.links.disconnect(1);
+    await b.cluster.claim('session', 'dev-9', { force: true });
+    const pub = await connect5(a.port, 'pub-9', 0, true);
+    pub.c.send({ type: 'publish', topic: 'g/late', payload: Buffer.from('late'), qos: 1, packetId: 7, retain: false, dup: false, properties: {} });
+    const ack = await pub.c.next('puback', 5000);
+    assert.equal(ack.packetId, 7);
+    assert.equal(ack.reasonCode, ReasonCode.UNSPECIFIED_ERROR, 'stored for nobody: not acknowledged as stored (v5 0x80)');
+    assert.equal((await w.sessions.readQueue('dev-9', 10)).length, 0);
+    pub.c.destroy();
+  });
+
   it("a dead broker's offline session is taken over by its placement broker and keeps queueing there", async () => {
     const w = world();
     const lease = 400;
