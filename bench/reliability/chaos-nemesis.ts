@@ -204,6 +204,11 @@ export class ChaosCluster {
       '0',
       '--object-cache-bytes',
       '0',
+      // The persistent subscriber is offline for seconds after a fault that takes its broker (a pause: the lease and
+      // up to 3 s more) while ~300 messages a second are published for it: the default bound of its offline queue
+      // (1,000, oldest dropped first, as Mosquitto's max_queued_messages) would drop some; keep its queue whole.
+      '--mqtt-max-queued-messages',
+      '1000000',
     ];
   }
 
