@@ -14,7 +14,7 @@ import type { ObjectStore } from '../objects/types.js';
 import type { WalEntry, WriteAheadLog } from '../wal/types.js';
 import { backoffDelay } from '../../util/backoff.js';
 import { BatchMemory } from './batch-memory.js';
-import type { SegmentIndex } from './segment.js';
+import { IndexCache } from './index-cache.js';
 import { Partition, type TailBatch, type Waiter } from './partition.js';
 
 export interface LogOptions {
@@ -24,8 +24,10 @@ export interface LogOptions {
   segmentMs: number;
   /** How often the background task looks for tails to seal and retention to apply. */
   checkIntervalMs: number;
-  /** Segment indexes kept in memory. */
+  /** Segment indexes kept in memory (index-cache.ts)... */
   indexCacheEntries: number;
+  /** ...and their entries (one per batch) together, at most. */
+  indexCacheBatches: number;
   /**
    * Segment objects written at the same time, across all partitions. One by default: partitions fill up together
    * under an even load, and several 16 MiB writes with their fsyncs at once make the WAL's fsyncs (what every
@@ -81,6 +83,8 @@ export const DEFAULT_LOG_OPTIONS: LogOptions = {
   segmentMs: 60_000,
   checkIntervalMs: 1000,
   indexCacheEntries: 1024,
+  // ~100 bytes each in memory: ~25 MiB.
+  indexCacheBatches: 262_144,
   sealConcurrency: 1,
   maxUnsealedBytes: 256 * 1024 * 1024,
 };
@@ -144,7 +148,7 @@ export abstract class LogState {
   recovered: Map<string, WalEntry[]> | null = new Map();
   /** Epochs taken at open (before the WAL was read) for the partitions of the streams defined then, by WAL key. */
   readonly taken = new Map<string, number>();
-  readonly indexCache = new Map<string, SegmentIndex>();
+  readonly indexCache: IndexCache;
   /**
    * Cluster mode: definitions of every stream (openStream), whose partitions are taken one by one by
    * acquirePartition; null on a single broker, where openStream takes them all.
@@ -190,6 +194,7 @@ export abstract class LogState {
     owned: boolean,
   ) {
     this.defs = owned ? new Map() : null;
+    this.indexCache = new IndexCache(options.indexCacheEntries, options.indexCacheBatches);
     this.recentBudget = options.recentBytes ?? Math.min(64 * 1024 * 1024, Math.floor(options.maxUnsealedBytes / 4));
     this.memory = new BatchMemory(options.batchMemoryBytes ?? options.maxUnsealedBytes + this.recentBudget + 64 * 1024 * 1024);
   }

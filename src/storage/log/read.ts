@@ -82,12 +82,7 @@ export async function readSegments(lm: LogState, p: Partition, offset: number, m
 
 export async function loadIndex(lm: LogState, seg: SegmentMeta): Promise<SegmentIndex> {
   const cached = lm.indexCache.get(seg.objectKey);
-  if (cached) {
-    // Refresh LRU position.
-    lm.indexCache.delete(seg.objectKey);
-    lm.indexCache.set(seg.objectKey, cached);
-    return cached;
-  }
+  if (cached) return cached;
   const index = await readIndex(lm, seg.objectKey, seg.size);
   cacheIndex(lm, seg.objectKey, index);
   return index;
@@ -101,12 +96,9 @@ export function readIndex(lm: LogState, objectKey: string, size: number): Promis
   });
 }
 
-/** Keeps an index for later reads, the least recently used going beyond `indexCacheEntries`. */
+/** Keeps an index for later reads (index-cache.ts: the least recently used go beyond its bounds). */
 export function cacheIndex(lm: LogState, objectKey: string, index: SegmentIndex): void {
   lm.indexCache.set(objectKey, index);
-  if (lm.indexCache.size > lm.options.indexCacheEntries) {
-    lm.indexCache.delete(lm.indexCache.keys().next().value as string);
-  }
 }
 
 export async function offsetForTimestamp(lm: LogState, stream: string, partition: number, ts: number): Promise<number> {
