@@ -50,6 +50,9 @@ interface Pending {
 }
 
 /** A persisted queue as the router and the adapters of this broker see it (see the file comment). */
+/** A non-owner's counts of a queue older than this are asked of its owner again when read (ClusterQueue.stats). */
+const STATS_STALE_MS = 2000;
+
 export class ClusterQueue implements QueueRuntime, LinkQueue {
   local: QueueRuntime | null = null;
   epoch = 0;
@@ -58,6 +61,9 @@ export class ClusterQueue implements QueueRuntime, LinkQueue {
   private readonly outs = new Map<number, Out>();
   private nextDid = 1;
   cached: Stats = { ready: 0, unacked: 0, bytes: 0, consumers: 0 };
+  /** When `cached` was last asked of the owner, and the ask under way (stats(), refresh()). */
+  private refreshedAt = 0;
+  private refreshing: Promise<void> | null = null;
   private pending: Pending[] = [];
   private forwarding = false;
   private settles: Array<{ o: Out; op: number; resolve(): void }> = [];
@@ -169,16 +175,32 @@ export class ClusterQueue implements QueueRuntime, LinkQueue {
 
   // ------------------------------------------------------------- QueueHandle
 
+  /**
+   * At the owner, its counts; elsewhere the last ones asked of the owner, asked again in the background when they are
+   * older than STATS_STALE_MS (metrics, the RabbitMQ management API's overview); those who must not show old counts
+   * await refresh() first (a declare-ok, the admin API's queues).
+   */
   stats(): Stats {
-    return this.local ? this.local.stats() : this.cached;
+    if (this.local) return this.local.stats();
+    if (Date.now() - this.refreshedAt > STATS_STALE_MS) this.refresh().catch(() => undefined);
+    return this.cached;
   }
 
-  async refresh(): Promise<void> {
-    if (this.local) return;
-    const owner = this.cluster.owner('queue', this.def.name) ?? (await this.cluster.lookup('queue', this.def.name));
-    if (!owner || owner.broker === this.cluster.id) return;
-    // Counts for a declare-ok: not worth holding the client up while the owner moves.
-    this.cached = (await call(this.cq.channel, owner.broker, RPC.queueStats, { q: this.def.name }, { timeoutMs: 1000 })).head.s;
+  /** Asks the owner for the queue's counts (one ask at a time; the callers meanwhile wait for it). */
+  refresh(): Promise<void> {
+    if (this.local) return Promise.resolve();
+    this.refreshing ??= (async () => {
+      try {
+        const owner = this.cluster.owner('queue', this.def.name) ?? (await this.cluster.lookup('queue', this.def.name));
+        if (!owner || owner.broker === this.cluster.id) return;
+        // Counts for a declare-ok: not worth holding the client up while the owner moves.
+        this.cached = (await call(this.cq.channel, owner.broker, RPC.queueStats, { q: this.def.name }, { timeoutMs: 1000 })).head.s;
+      } finally {
+        this.refreshedAt = Date.now();
+        this.refreshing = null;
+      }
+    })();
+    return this.refreshing;
   }
 
   consume(c: QueueConsumer, opts?: { exclusive?: boolean }): void {

@@ -185,6 +185,8 @@ export interface QueueHandle {
   nack(id: number, requeue: boolean): Promise<void>;
   /** Requeues every unacked delivery of `owner` (its channel or connection closed, or basic.recover). */
   release(owner: string): void;
+  /** Cluster mode: brings stats() up to date from the queue's owner (before a declare-ok or a delete's checks). */
+  refresh?(): Promise<void>;
 }
 
 /** What a queue runtime asks of the router that owns it. */
@@ -243,8 +245,21 @@ export interface QueueRuntime extends QueueHandle {
    * touching its storage (its owner drops it).
    */
   detach?(): void;
-  /** Cluster mode: brings stats() up to date from the queue's owner (before a declare-ok or a delete's checks). */
-  refresh?(): Promise<void>;
 }
 
 export type QueueFactory = (def: QueueDef, store: QueueStore | null, hooks: QueueHooks) => QueueRuntime;
+
+/** Owners asked at once by refreshQueueStats. */
+const REFRESH_PARALLEL = 16;
+
+/**
+ * Cluster mode: brings the counts of `handles` owned by other brokers up to date (QueueHandle.refresh, each asked of
+ * its owner), REFRESH_PARALLEL at a time, before they are shown (the admin API, the RabbitMQ management API); a
+ * failed ask leaves the last counts. Nothing to do on a single broker.
+ */
+export async function refreshQueueStats(handles: Iterable<QueueHandle | undefined>): Promise<void> {
+  const todo = [...handles].filter((h): h is QueueHandle & { refresh(): Promise<void> } => h?.refresh !== undefined);
+  for (let i = 0; i < todo.length; i += REFRESH_PARALLEL) {
+    await Promise.all(todo.slice(i, i + REFRESH_PARALLEL).map((h) => h.refresh().catch(() => undefined)));
+  }
+}

@@ -77,6 +77,13 @@ describe('cluster queues: amqplib and MQTT across brokers', { timeout: 240_000 }
     await owned(name, 1);
     for (let i = 0; i < 50; i++) pub.sendToQueue(name, Buffer.from(`m${i}`), { persistent: true });
     await pub.waitForConfirms();
+    // The admin API of the brokers that do not own the queue shows the owner's counts.
+    for (const id of [2, 3]) {
+      const one = await c.broker(id).proc.api<{ messages: number }>('GET', `/api/v1/queues/${name}`);
+      assert.equal(one.messages, 50, `GET /api/v1/queues/${name} on broker ${id}`);
+    }
+    const list = await c.broker(3).proc.api<{ items: Array<{ name: string; messages: number }> }>('GET', '/api/v1/queues?limit=1000');
+    assert.equal(list.items.find((x) => x.name === name)?.messages, 50, 'GET /api/v1/queues on broker 3');
     const ch = await (await open(3)).createChannel();
     const q = await ch.checkQueue(name);
     assert.equal(q.messageCount, 50, 'declare-ok counts the messages at the owner');

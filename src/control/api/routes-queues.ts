@@ -3,7 +3,7 @@
  * `describe|create|delete queue:<name>` / `exchange:<name>`; purging a queue deletes its messages: `delete queue:`.
  */
 import type { FastifyInstance } from 'fastify';
-import type { ExchangeDef, QueueArguments, QueueDef } from '../../core/index.js';
+import { refreshQueueStats, type ExchangeDef, type QueueArguments, type QueueDef } from '../../core/index.js';
 import { NAME_PARAM, PAGE_QUERY, authorize, may, notFound, paginate } from './common.js';
 import type { ApiContext } from './types.js';
 
@@ -73,15 +73,16 @@ export function queueRoutes(app: FastifyInstance, ctx: ApiContext): void {
         querystring: { type: 'object', additionalProperties: false, properties: PAGE_QUERY },
       },
     },
-    async (req) =>
-      paginate(
-        engine
-          .listQueues()
-          .filter((q) => may(access, req, 'describe', 'queue', q.name))
-          .map(queueView),
+    async (req) => {
+      const page = paginate(
+        engine.listQueues().filter((q) => may(access, req, 'describe', 'queue', q.name)),
         (q) => q.name,
         req.query,
-      ),
+      );
+      // Cluster mode: the counts of the page's queues owned elsewhere, from their owners.
+      await refreshQueueStats(page.items.map((d) => engine.getQueue(d.name)));
+      return { items: page.items.map(queueView), next: page.next };
+    },
   );
 
   app.post<{ Body: { name: string; durable?: boolean; autoDelete?: boolean; arguments?: QueueArguments } }>(
@@ -126,6 +127,7 @@ export function queueRoutes(app: FastifyInstance, ctx: ApiContext): void {
     authorize(access, req, 'describe', 'queue', req.params.name);
     const q = engine.getQueue(req.params.name);
     if (!q) throw notFound('queue', req.params.name);
+    await refreshQueueStats([q]);
     return queueView(q.def);
   });
 

@@ -27,6 +27,7 @@ import {
   withDetails,
 } from './format.js';
 import { DEFAULT_NAMESPACE, splitStreamName } from '../../core/namespaces.js';
+import { refreshQueueStats } from '../../core/queues.js';
 import { ADMIN_GROUP } from '../policy.js';
 import { RABBITMQ_API_VERSION, notFound, type RabbitContext } from './context.js';
 
@@ -137,9 +138,12 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   };
   const streamOut = (v: AmqpStreamQueueView, counts: Map<string, number>) => streamQueueJson(v, counts.get(v.name) ?? 0, ctx.node, ctx.rates);
   /** Every queue the caller may describe, classic and stream, by name (as RabbitMQ lists them). */
-  const allQueuesOut = (req: FastifyRequest) => {
+  const allQueuesOut = async (req: FastifyRequest) => {
+    const qs = queues(req);
+    // Cluster mode: the counts of queues owned by other brokers, from their owners.
+    await refreshQueueStats(qs.map((d) => engine.getQueue(d.name)));
     const counts = consumerCounts();
-    const out = [...queues(req).map(queueOut), ...streams(req).map((v) => streamOut(v, counts))];
+    const out = [...qs.map(queueOut), ...streams(req).map((v) => streamOut(v, counts))];
     return sortBy(out, (q) => q.name as string);
   };
   const exchanges = (req: FastifyRequest) =>
@@ -219,7 +223,7 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   app.get('/api/queues', async (req) => allQueuesOut(req));
   app.get<{ Params: V }>('/api/queues/:vhost', async (req) => {
     const vhost = ctx.vhost(req, req.params.vhost);
-    return allQueuesOut(req).filter((q) => q.vhost === vhost);
+    return (await allQueuesOut(req)).filter((q) => q.vhost === vhost);
   });
   /** The stream queue `name` the caller may describe (when no classic queue has that name). */
   const streamNamed = (req: FastifyRequest, name: string): AmqpStreamQueueView | undefined =>
@@ -231,6 +235,7 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
     const sv = d === undefined ? streamNamed(req, internal) : undefined;
     if (sv === undefined && (d === undefined || !ctx.can(req, 'describe', 'queue', d.name))) throw notFound();
     const name = d?.name ?? internal;
+    if (d !== undefined) await refreshQueueStats([engine.getQueue(d.name)]);
     const out = d !== undefined ? queueOut(d) : streamOut(sv!, consumerCounts());
     const details: Array<Record<string, unknown>> = [];
     for (const c of visibleConnections(ctx, req))
