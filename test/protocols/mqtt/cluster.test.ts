@@ -225,7 +225,7 @@ describe('MQTT sessions across brokers (in process)', () => {
     assert.ok(rec !== null);
   });
 
-  it("a publish reaching a session the broker lost (its write fenced) is not acknowledged: the publisher sends it again", async () => {
+  it('a publish reaching a session the broker lost (its write fenced) is not acknowledged: the publisher sends it again', async () => {
     const w = world();
     const a = await node(w, 1);
     const b = await node(w, 2);
