@@ -109,6 +109,15 @@ describe('e2e cluster: NATS and JetStream across three brokers', { timeout: 180_
       ],
     );
     assert.equal((await jsm1.streams.info('ORDERS')).state.last_seq, 10);
+    // consumer_count counts the durable consumers of every broker, whichever broker answers: a second consumer placed
+    // away from the stream's partition owner (which answers STREAM.INFO).
+    const pOwner = await c.ownerOf('partition', 'ORDERS/0');
+    const away = Array.from({ length: 100 }, (_, i) => `audit${i}`).find((n) => rendezvous('consumer', `ORDERS/${n}`, [1, 2, 3]) !== pOwner)!;
+    await jsm2.consumers.add('ORDERS', { durable_name: away, ack_policy: AckPolicy.Explicit });
+    for (const id of [1, 2, 3]) {
+      const si = await (await (await nats(id)).jetstreamManager()).streams.info('ORDERS');
+      assert.equal(si.state.consumer_count, 2, `consumer_count through broker ${id}`);
+    }
   });
 
   it('JetStream: subjects overlapping a stream made through another broker are refused (10065), as nats-server does', async () => {
@@ -127,6 +136,20 @@ describe('e2e cluster: NATS and JetStream across three brokers', { timeout: 180_
     for (let i = 1; i <= 12; i++) {
       await (await nats(((i - 1) % 3) + 1)).jetstream().publish(`parts.${i}`, sc.encode(`p${i}`));
       sent.push(`p${i}`);
+    }
+    // The admin API of every broker describes every partition, those owned elsewhere with their owners' offsets.
+    for (const id of [1, 2, 3]) {
+      const d = await c.broker(id).proc.api<{ partitionDetails: Array<{ partition: number; highWatermark: number }> }>('GET', '/api/v1/streams/PARTS');
+      assert.deepEqual(
+        d.partitionDetails.map((x) => x.partition),
+        [0, 1, 2],
+        `partitions described by broker ${id}`,
+      );
+      assert.equal(
+        d.partitionDetails.reduce((n, x) => n + x.highWatermark, 0),
+        12,
+        `the records of every partition, through broker ${id}`,
+      );
     }
     const jsm2 = await (await nats(2)).jetstreamManager();
     await jsm2.consumers.add('PARTS', { durable_name: 'all', ack_policy: AckPolicy.Explicit, ack_wait: nanos(30_000) });
@@ -307,7 +330,9 @@ describe('e2e cluster: NATS and JetStream across three brokers', { timeout: 180_
       .catch(() => undefined);
     conns.delete(owner);
     await c.kill(owner);
-    // The same message again, as a publisher retrying after a lost PubAck: through the survivor, once it owns the partition.
+    // The same message again, as a publisher retrying after a lost PubAck: through the survivor, again and again with
+    // a short timeout, so that some attempts arrive while nobody owns the partition (the owner's lease run out, the
+    // survivor's claim not made yet): none of them may be stored (the stream's count below).
     const acks: { seq: number; duplicate: boolean }[] = [];
     await until(
       'a PubAck through the survivor',
@@ -316,7 +341,7 @@ describe('e2e cluster: NATS and JetStream across three brokers', { timeout: 180_
           await nats(other)
         )
           .jetstream()
-          .publish('dedup.a', sc.encode('one'), { msgID: 'order-1', timeout: 3000 })
+          .publish('dedup.a', sc.encode('one'), { msgID: 'order-1', timeout: 250 })
           .catch(() => null);
         if (ack !== null) acks.push(ack);
         return ack !== null;

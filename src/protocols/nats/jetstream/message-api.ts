@@ -92,8 +92,10 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
       // publish retried through another broker is still found a duplicate.
       if (forward && js.cluster !== null && t.partitions === 1) {
         const where = js.engine.storage.locate?.(t.name, 0);
-        if (where !== undefined && !where.local && where.broker !== null) {
-          forwardPublish(js, js.cluster, where.broker, msg, to);
+        if (where !== undefined && !where.local) {
+          // No live owner now (its lease ran out, the next one not there yet): waited for, never checked here.
+          if (where.broker === null) relocatePublish(js, js.cluster, msg, to, Date.now() + retryWindowMs(js.cluster), 0);
+          else forwardPublish(js, js.cluster, where.broker, msg, to);
           info.delivered++;
           return info;
         }
@@ -286,14 +288,27 @@ export function forwardPublish(
     },
     (err: unknown) => {
       if (!retriable(err) || Date.now() > deadline) return answer(js, to, { error: JsErr.streamStoreFailed(errText(err)), stream: '', seq: 0 });
-      void pause(attempt).then(() => {
-        const t = capturing(js, msg.topic)[0];
-        const where = t === undefined ? undefined : js.engine.storage.locate?.(t.name, 0);
-        if (where === undefined || where.local) publishWith(js, msg, to, false);
-        else forwardPublish(js, cl, where.broker ?? broker, msg, to, deadline, attempt + 1);
-      });
+      relocatePublish(js, cl, msg, to, deadline, attempt);
     },
   );
+}
+
+/**
+ * forwardPublish's next attempt, after a pause: checked here once this broker owns the partition, sent to its owner
+ * once one is known, else (nobody owns it now) the same again, until `deadline`.
+ */
+function relocatePublish(js: JetStreamState, cl: Cluster, msg: Message, to: string | ((body: Json) => void), deadline: number, attempt: number): void {
+  if (Date.now() > deadline) {
+    answer(js, to, { error: JsErr.streamStoreFailed('no broker writes the stream partition now'), stream: '', seq: 0 });
+    return;
+  }
+  void pause(attempt).then(() => {
+    const t = capturing(js, msg.topic)[0];
+    const where = t === undefined ? undefined : js.engine.storage.locate?.(t.name, 0);
+    if (where === undefined || where.local) publishWith(js, msg, to, false);
+    else if (where.broker === null) relocatePublish(js, cl, msg, to, deadline, attempt + 1);
+    else forwardPublish(js, cl, where.broker, msg, to, deadline, attempt + 1);
+  });
 }
 
 /**
