@@ -45,7 +45,8 @@ function describeText(s: StreamView): string {
   ]);
   const d = s.partitionDetails ?? [];
   if (d.length === 0) return head;
-  const cols = Object.keys(d[0]);
+  // Every partition's fields (in cluster mode those another broker owns have offsets only).
+  const cols = [...new Set(d.flatMap((r) => Object.keys(r)))];
   return `${head}\n\n${table([cols.map((c) => c.toUpperCase()), ...d.map((r) => cols.map((c) => cell(r[c])))])}`;
 }
 

@@ -33,17 +33,34 @@ function retentionMs(r: string | number | null | undefined): number | null | und
 const FILTERS = { type: 'array', items: { type: 'string', minLength: 1, maxLength: 65535 }, maxItems: 1000 } as const;
 const RETENTION = { type: ['string', 'number', 'null'], description: 'a duration (7d, 12h, ms); null keeps data forever' } as const;
 
+/** Cluster mode: how long a stream's description waits for the owners of its other partitions. */
+const OWNER_WAIT_MS = 2000;
+
 /** How many bytes one browser page reads at most from a partition per step. */
 const BROWSE_BYTES = 1024 * 1024;
 
 export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
   const { engine, access } = ctx;
 
-  const describe = (name: string) => {
+  /**
+   * The stream with a line per partition: the log's own figures for the partitions held here; in cluster mode the
+   * others' offsets asked of their owners (fetchOffsets; their segment and tail figures stay with their owners).
+   */
+  const describe = async (name: string) => {
     const e = engine.getAnyStream(name);
     if (!e) throw notFound('stream', name);
-    const detail = ctx.storage?.describe(name);
-    const partitions = detail ?? Array.from({ length: e.def.partitions }, (_, p) => ({ partition: p, ...engine.offsets(name, p) }));
+    const held = new Map<number, Record<string, number>>((ctx.storage?.describe(name) ?? []).map((d) => [d.partition, d]));
+    const remote = engine.storage as { fetchOffsets?(stream: string, partition: number): Promise<unknown> };
+    const partitions = await Promise.all(
+      Array.from({ length: e.def.partitions }, async (_, p) => {
+        const own = held.get(p);
+        if (own !== undefined) return own;
+        const asked = remote.fetchOffsets?.(name, p).catch(() => undefined);
+        // An owner that does not answer soon (moving, unreachable): the last offsets known here.
+        if (asked !== undefined) await Promise.race([asked, new Promise((r) => setTimeout(r, OWNER_WAIT_MS).unref())]);
+        return { partition: p, ...engine.offsets(name, p) };
+      }),
+    );
     return { ...streamView(e.def), topic: e.ownTopic, partitionDetails: partitions };
   };
 

@@ -494,6 +494,18 @@ export abstract class JetStreamState implements ConsumerHost {
     return n;
   }
 
+  /**
+   * A stream's consumer_count: on a single broker those held here; in cluster mode also the durable consumers the
+   * other brokers hold (their stored records), so that every broker answers the same (ephemeral consumers of other
+   * brokers are not counted: they are stored nowhere).
+   */
+  async streamConsumerCount(stream: string): Promise<number> {
+    if (this.cluster === null) return this.consumerCount(stream);
+    const names = new Set(this.consumers.get(stream)?.keys() ?? []);
+    for (const r of await this.engine.store.listConsumers(stream)) names.add(r.name);
+    return names.size;
+  }
+
   // ------------------------------------------------------------ answers
 
   /** `guard`: the answer carries a stored message of this topic (see Message.guardTopic). */

@@ -44,7 +44,7 @@ export async function streamInfoJson(js: JetStreamState, def: StreamDef, req: In
   const copiers = js.copiers.get(def.name)?.copiers ?? [];
   const mirror = jsOptions(def).mirror !== null;
   const view = await js.freshView(def.name);
-  const { consumer_count, num_deleted, ...state } = await streamState(js.engine, def, js.consumerCount(def.name), view);
+  const { consumer_count, num_deleted, ...state } = await streamState(js.engine, def, await js.streamConsumerCount(def.name), view);
   const asked = req !== null && req.subjectsFilter !== '';
   const counted = await js.subjectCounts(def, view, asked);
   const counts = counted ?? [];
