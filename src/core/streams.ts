@@ -170,6 +170,11 @@ export interface StreamStorage {
    */
   locate?(stream: string, partition: number): PartitionLocation;
   /**
+   * Cluster mode: the partition's offsets as its owner has them now (offsets() answers those of partitions written
+   * elsewhere from a cache); absent on a single broker, where offsets() is always current.
+   */
+  fetchOffsets?(stream: string, partition: number): Promise<PartitionOffsets>;
+  /**
    * The engine's Kafka transaction state, handed over at its creation: the log cleaner of compacted streams removes
    * aborted transactions' records and, past delete.retention.ms, the markers of transactions it emptied.
    */

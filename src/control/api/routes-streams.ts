@@ -50,12 +50,11 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
     const e = engine.getAnyStream(name);
     if (!e) throw notFound('stream', name);
     const held = new Map<number, Record<string, number>>((ctx.storage?.describe(name) ?? []).map((d) => [d.partition, d]));
-    const remote = engine.storage as { fetchOffsets?(stream: string, partition: number): Promise<unknown> };
     const partitions = await Promise.all(
       Array.from({ length: e.def.partitions }, async (_, p) => {
         const own = held.get(p);
         if (own !== undefined) return own;
-        const asked = remote.fetchOffsets?.(name, p).catch(() => undefined);
+        const asked = engine.storage.fetchOffsets?.(name, p).catch(() => undefined);
         // An owner that does not answer soon (moving, unreachable): the last offsets known here.
         if (asked !== undefined) await Promise.race([asked, new Promise((r) => setTimeout(r, OWNER_WAIT_MS).unref())]);
         return { partition: p, ...engine.offsets(name, p) };

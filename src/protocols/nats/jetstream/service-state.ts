@@ -520,7 +520,7 @@ export abstract class JetStreamState implements ConsumerHost {
    */
   async freshen(stream: string): Promise<void> {
     if (this.cluster === null) return;
-    const storage = this.engine.storage as { fetchOffsets?(stream: string, partition: number): Promise<unknown> };
+    const storage = this.engine.storage;
     const e = this.engine.getAnyStream(stream);
     if (storage.fetchOffsets === undefined || e === undefined) return;
     const parts: Array<Promise<unknown>> = [];
