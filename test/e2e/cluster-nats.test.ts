@@ -4,7 +4,8 @@
  * driven by the `nats` npm client: JetStream published through one broker and consumed through another by a
  * durable pull consumer, the consumer's owner killed (kill -9) and the consumer continuing on another broker from
  * its acknowledged position, a core NATS queue group with members on two brokers getting each message once, and
- * request/reply across brokers, and a JetStream duplicate window that outlives its partition owner (kill -9).
+ * request/reply across brokers, and a JetStream duplicate window and subject expectation that outlive their partition
+ * owner (kill -9).
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -313,7 +314,7 @@ describe('e2e cluster: NATS and JetStream across three brokers', { timeout: 180_
     );
   });
 
-  it('JetStream: the duplicate window outlives its partition owner (killed): a publish retried through another broker is a duplicate', async () => {
+  it('JetStream: the duplicate window outlives its partition owner (killed): a publish retried through another broker is a duplicate, a subject expectation retried is refused', async () => {
     // Runs after the kill above: two brokers are left.
     const live = c.brokers.filter((b) => b.state !== 'dead').map((b) => b.id);
     assert.equal(live.length, 2);
@@ -324,6 +325,17 @@ describe('e2e cluster: NATS and JetStream across three brokers', { timeout: 180_
     const owner = await c.ownerOf('partition', 'DEDUP/0');
     assert.ok(owner !== null && live.includes(owner), `the partition has a live owner (${owner})`);
     const other = live.find((id) => id !== owner)!;
+    // A stream on the same owner for the subject expectation (Nats-Expected-Last-Subject-Sequence): made until the
+    // placement gives its partition that owner.
+    let expect = '';
+    for (let i = 0; expect === '' && i < 30; i++) {
+      await jsm.streams.add({ name: `EXPECT${i}`, subjects: [`expect${i}.>`] });
+      const ack = await (await nats(live[0])).jetstream().publish(`expect${i}.a`, sc.encode('one'), { expect: { lastSubjectSequence: 0 } });
+      assert.equal(ack.seq, 1);
+      if ((await c.ownerOf('partition', `EXPECT${i}/0`)) === owner) expect = `expect${i}`;
+      else await jsm.streams.delete(`EXPECT${i}`);
+    }
+    assert.notEqual(expect, '', 'a stream placed on the same owner');
     conns
       .get(owner)
       ?.close()
@@ -333,24 +345,49 @@ describe('e2e cluster: NATS and JetStream across three brokers', { timeout: 180_
     // The same message again, as a publisher retrying after a lost PubAck: through the survivor, again and again with
     // a short timeout, so that some attempts arrive while nobody owns the partition (the owner's lease run out, the
     // survivor's claim not made yet): none of them may be stored (the stream's count below).
+    // The subject expectation retried the same way at the same time: subject a's last sequence is 1, so every attempt
+    // is refused (10071) and none stored, also those that arrive while nobody owns the partition.
     const acks: { seq: number; duplicate: boolean }[] = [];
-    await until(
-      'a PubAck through the survivor',
-      async () => {
-        const ack = await (
-          await nats(other)
-        )
-          .jetstream()
-          .publish('dedup.a', sc.encode('one'), { msgID: 'order-1', timeout: 250 })
-          .catch(() => null);
-        if (ack !== null) acks.push(ack);
-        return ack !== null;
-      },
-      30_000,
-    );
+    let refused = '';
+    await Promise.all([
+      until(
+        'a PubAck through the survivor',
+        async () => {
+          const ack = await (
+            await nats(other)
+          )
+            .jetstream()
+            .publish('dedup.a', sc.encode('one'), { msgID: 'order-1', timeout: 250 })
+            .catch(() => null);
+          if (ack !== null) acks.push(ack);
+          return ack !== null;
+        },
+        30_000,
+      ),
+      until(
+        'an answer to the expectation through the survivor',
+        async () => {
+          const outcome = await (
+            await nats(other)
+          )
+            .jetstream()
+            .publish(`${expect}.a`, sc.encode('one'), { expect: { lastSubjectSequence: 0 }, timeout: 250 })
+            .then(
+              (ack) => `stored at ${ack.seq}`,
+              (err: Error) => (/timeout/i.test(err.message) ? null : err.message),
+            );
+          console.log('OUTCOME', Date.now() % 100000, outcome);
+          if (outcome !== null) refused = outcome;
+          return outcome !== null;
+        },
+        30_000,
+      ),
+    ]);
     assert.deepEqual([acks[0].seq, acks[0].duplicate], [1, true], 'found a duplicate of sequence 1');
+    assert.match(refused, /wrong last sequence: 1/);
     const next = await (await nats(other)).jetstream().publish('dedup.a', sc.encode('two'), { msgID: 'order-2' });
     assert.deepEqual([next.seq, next.duplicate], [2, false]);
     assert.equal((await (await (await nats(other)).jetstreamManager()).streams.info('DEDUP')).state.messages, 2);
+    assert.equal((await (await (await nats(other)).jetstreamManager()).streams.info(expect.toUpperCase())).state.messages, 1);
   });
 });

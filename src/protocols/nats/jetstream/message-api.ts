@@ -76,7 +76,13 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
   if (!checked && (expLastSubj !== undefined || rollup !== undefined || (view !== null && view.refusesNew))) {
     const t = capturing(js, msg.topic)[0];
     const where = t === undefined || js.cluster === null || !forward ? undefined : js.engine.storage.locate?.(t.name, 0);
-    // Cluster mode: checked where the partition is written (forwarded below).
+    // Cluster mode: checked where the partition is written (forwarded below); while nobody writes it (the owner's
+    // lease run out, the next claim not made yet) waited for, never checked against this broker's view.
+    if (js.cluster !== null && t?.partitions === 1 && where !== undefined && !where.local && where.broker === null) {
+      info.delivered++;
+      relocatePublish(js, js.cluster, msg, to, Date.now() + retryWindowMs(js.cluster), 0);
+      return info;
+    }
     const remote = where !== undefined && !where.local && where.broker !== null;
     if (t !== undefined && !remote) {
       info.delivered++;
