@@ -320,7 +320,15 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
     logger: logger.child({ component: 'admin' }),
     rootLogger: logger,
     access,
-    storage: log,
+    // Cluster mode: flush and compact reach the owners of partitions held elsewhere.
+    storage: clusterStreams
+      ? {
+          flushAll: () => log.flushAll(),
+          compact: (stream) => log.compact(stream),
+          describe: (stream) => log.describe(stream),
+          atOwners: (stream, partitions, compact) => clusterStreams.maintain(stream, partitions, compact),
+        }
+      : log,
     host: config.httpHost,
     port: config.httpPort,
     allowedHosts: config.httpAllowedHosts,

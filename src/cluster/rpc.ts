@@ -23,8 +23,9 @@ import { decodeBody, encodeBody } from './wire.js';
  * persistent sessions they reach before they are acknowledged) and durable interest entries (`d`, `ds`). 5: the
  * fifth element of stream.append's head (a batch stamped with the forwarder's producer id, checked as such) and
  * queue.publish's forwarder and sequence (`f`, `n`): forwarded writes are recognised when retried; `stream.sizes`.
+ * 6: `stream.maintain` (the admin API's flush and compact at the owners of a stream's partitions).
  */
-export const CHANNEL_VERSION = 5;
+export const CHANNEL_VERSION = 6;
 /** The oldest version a peer may speak and still be let in. */
 export const MIN_CHANNEL_VERSION = 1;
 
@@ -247,6 +248,8 @@ export const RPC = {
   ),
   streamTime: rpc('stream.time', 1, json<{ s: string; p: number; t: number }>(obj({ s: str, p: int, t: num })), json<number>(int)),
   streamTrim: rpc('stream.trim', 1, json<{ s: string; p: number; o: number }>(obj({ s: str, p: int, o: int })), json<number>(int)),
+  /** The admin API's flush (and with `c`, compact) at the owner of partition `p`: it seals every tail it holds. */
+  streamMaintain: rpc('stream.maintain', 6, json<{ s: string; p: number; c: boolean }>(obj({ s: str, p: int, c: bool })), json<number>(int)),
 
   // Live pub/sub (cluster/live.ts): interest tables and forwarded publishes.
   livePublish: oneway(

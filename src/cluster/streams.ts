@@ -62,6 +62,8 @@ const OFFSETS_PUSH_MS = 100;
 const FULL_PUSH_EVERY = 20;
 /** Request timeout of the forwarding calls (a wait adds its own timeout). */
 const REQUEST_TIMEOUT_MS = 15_000;
+/** How long an owner may take to seal its tails (object store uploads) and run a cleaner pass for the admin API. */
+const MAINTAIN_TIMEOUT_MS = 60_000;
 /** First pause before looking an owner up again, doubled up to MAX_RETRY_PAUSE_MS. */
 const FIRST_RETRY_PAUSE_MS = 25;
 const MAX_RETRY_PAUSE_MS = 500;
@@ -467,6 +469,11 @@ export class ClusterStreams implements StreamStorage {
       this.check(head.s, head.p);
       return this.log.deleteRecordsBefore(head.s, head.p, head.o);
     });
+    serve(this.channel, RPC.streamMaintain, async (_from, head) => {
+      this.check(head.s, head.p);
+      await this.maintainHere(head.s, head.c);
+      return 0;
+    });
   }
 
   /** NOT_OWNER unless this broker serves the partition (the caller looks the owner up again). */
@@ -621,6 +628,39 @@ export class ClusterStreams implements StreamStorage {
       // A wait ends without the offset when the owner cannot be reached: the caller looks at the offsets again.
       await sleep(Math.max(0, Math.min(until - Date.now(), MAX_RETRY_PAUSE_MS)));
     }
+  }
+
+  /**
+   * The admin API's flush and compact for the partitions of `stream` held by other brokers: each owner seals every
+   * tail it holds and, with `compact`, runs a cleaner pass over its partitions of the stream; one request per owner
+   * (a partition whose owner changes meanwhile is asked of the next one).
+   */
+  async maintain(stream: string, partitions: number, compact: boolean): Promise<void> {
+    const asked = new Map<number, Promise<number>>();
+    const ask = (broker: number, partition: number): Promise<number> => {
+      let a = asked.get(broker);
+      if (a === undefined) {
+        a = call(this.channel, broker, RPC.streamMaintain, { s: stream, p: partition, c: compact }, { timeoutMs: MAINTAIN_TIMEOUT_MS }).then((r) => r.head);
+        const mine = a;
+        // A refusal (no longer the owner, unreachable) is not kept: the partition's next try asks again.
+        a.catch(() => asked.get(broker) === mine && asked.delete(broker));
+        asked.set(broker, a);
+      }
+      return a;
+    };
+    const remote: Promise<number>[] = [];
+    for (let p = 0; p < partitions; p++) {
+      if (this.log.holds(stream, p)) continue;
+      this.known(stream, p);
+      const local = (): Promise<number> => this.maintainHere(stream, compact).then(() => 0);
+      remote.push(this.atOwner(stream, p, local, (broker) => ask(broker, p)));
+    }
+    await Promise.all(remote);
+  }
+
+  private async maintainHere(stream: string, compact: boolean): Promise<void> {
+    await this.log.flushAll();
+    if (compact) await this.log.compact(stream);
   }
 
   async deleteRecordsBefore(stream: string, partition: number, offset: number): Promise<number> {

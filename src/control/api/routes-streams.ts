@@ -173,11 +173,19 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
 
   app.post<{ Params: { name: string } }>(
     '/api/v1/streams/:name/flush',
-    { schema: { tags: ['streams'], summary: 'Seal hot data of every stream into the object store now; answers this stream', params: NAME_PARAM } },
+    {
+      schema: {
+        tags: ['streams'],
+        summary: "Seal hot data of every stream into the object store now (cluster mode: also at the owners of this stream's partitions); answers this stream",
+        params: NAME_PARAM,
+      },
+    },
     async (req) => {
       authorize(access, req, 'alter', 'stream', req.params.name);
-      if (!engine.getAnyStream(req.params.name)) throw notFound('stream', req.params.name);
+      const e = engine.getAnyStream(req.params.name);
+      if (!e) throw notFound('stream', req.params.name);
       await ctx.storage?.flushAll();
+      await ctx.storage?.atOwners?.(req.params.name, e.def.partitions, false);
       return describe(req.params.name);
     },
   );
@@ -187,15 +195,17 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
     {
       schema: {
         tags: ['streams'],
-        summary: 'Seal hot data, then run a cleaner pass over the partitions of this stream (cleanup.policy compact) held by this broker now',
+        summary: 'Seal hot data, then run a cleaner pass over the partitions of this stream (cleanup.policy compact) now, at their owners in cluster mode',
         params: NAME_PARAM,
       },
     },
     async (req) => {
       authorize(access, req, 'alter', 'stream', req.params.name);
-      if (!engine.getAnyStream(req.params.name)) throw notFound('stream', req.params.name);
+      const e = engine.getAnyStream(req.params.name);
+      if (!e) throw notFound('stream', req.params.name);
       await ctx.storage?.flushAll();
       await ctx.storage?.compact(req.params.name);
+      await ctx.storage?.atOwners?.(req.params.name, e.def.partitions, true);
       return describe(req.params.name);
     },
   );

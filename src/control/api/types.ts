@@ -17,6 +17,11 @@ export interface StorageOps {
   /** Runs a cleaner pass over the stream's compacted partitions held here now (whatever their dirty ratio). */
   compact(stream: string): Promise<void>;
   describe(stream: string): Array<Record<string, number>>;
+  /**
+   * Cluster mode: the same at the owners of the stream's partitions held by other brokers (each seals every tail it
+   * holds and, with `compact`, runs a cleaner pass over its partitions of the stream).
+   */
+  atOwners?(stream: string, partitions: number, compact: boolean): Promise<void>;
 }
 
 /** What /metrics serves: a prom-client Registry (`metrics()`) or anything with `text()`. */
