@@ -50,6 +50,10 @@ export interface SoakSample {
   throughput: number;
   p99Ms: number;
   rssMib: number;
+  /** V8's heap in use, memory outside it (Buffers), and the object block cache's bytes: where RSS growth is. */
+  heapMib: number;
+  externalMib: number;
+  objectCacheMib: number;
   lagP99Ms: number;
   handles: number;
   fds: number;
@@ -299,7 +303,10 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
           t: Math.round((Date.now() - start) / 1000),
           throughput: Math.round((acked - lastAcked) / secs),
           p99Ms: Math.round(p99(latencies) * 10) / 10,
-          rssMib: Math.round((sum('flowmq_process_resident_memory_bytes') / 1048576) * 10) / 10,
+          rssMib: mib(sum('flowmq_process_resident_memory_bytes')),
+          heapMib: mib(sum('flowmq_nodejs_heap_size_used_bytes')),
+          externalMib: mib(sum('flowmq_nodejs_external_memory_bytes')),
+          objectCacheMib: mib(sum('flowmq_object_cache_bytes')),
           lagP99Ms: Math.round(worst('flowmq_nodejs_eventloop_lag_p99_seconds') * 10000) / 10,
           handles: sum('flowmq_nodejs_active_handles_total'),
           fds: sum('flowmq_process_open_fds'),
@@ -327,7 +334,9 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
   return { samples, acked, skipped, errors, ...g };
 }
 
-export const HEADER = '    t(s)  msg/s   p99(ms)  RSS(MiB)  lag p99(ms)  handles   fds  conns';
+const mib = (bytes: number): number => Math.round((bytes / 1048576) * 10) / 10;
+
+export const HEADER = '    t(s)  msg/s   p99(ms)  RSS(MiB)  heap(MiB)  external(MiB)  obj cache(MiB)  lag p99(ms)  handles   fds  conns';
 
 export function formatRow(s: SoakSample): string {
   return [
@@ -335,6 +344,9 @@ export function formatRow(s: SoakSample): string {
     String(s.throughput).padStart(6),
     s.p99Ms.toFixed(1).padStart(9),
     s.rssMib.toFixed(1).padStart(9),
+    s.heapMib.toFixed(1).padStart(10),
+    s.externalMib.toFixed(1).padStart(14),
+    s.objectCacheMib.toFixed(1).padStart(15),
     s.lagP99Ms.toFixed(1).padStart(12),
     String(s.handles).padStart(8),
     String(s.fds).padStart(5),
