@@ -3,7 +3,7 @@
  * contract as the TCP channel (types.ts), delivered through the event loop. `LocalHub.channel(id)` makes broker
  * `id`'s end; `disconnect(id)` makes it unreachable (requests to it reject with UNAVAILABLE, sends are dropped);
  * `loseReply` makes a request's reply lost after its handler ran (the caller gets UNAVAILABLE, as when the peer died
- * or the connection broke before it answered).
+ * or the connection broke before it answered), `breakInFlight` fails the caller while the handler still runs.
  */
 import { FlowError } from '../core/index.js';
 import type { PeerChannel } from './types.js';
@@ -20,6 +20,11 @@ export class LocalHub {
   readonly versions = new Map<number, number>();
   /** Called once a request's handler has answered: true loses the reply (the caller's request fails with UNAVAILABLE). */
   loseReply: ((from: number, to: number, method: string) => boolean) | null = null;
+  /**
+   * Called when a request reaches its peer's handler: true fails the caller at once with UNAVAILABLE while the handler
+   * runs on (the connection broke with the request in flight).
+   */
+  breakInFlight: ((from: number, to: number, method: string) => boolean) | null = null;
 
   channel(id: number): PeerChannel {
     const me: Ends = { handlers: new Map(), listeners: new Map(), up: true };
@@ -41,7 +46,12 @@ export class LocalHub {
         if (!fn) throw new FlowError('INVALID_ARGUMENT', `broker ${to} has no handler for ${method}`);
         await new Promise((r) => setImmediate(r));
         const copy = Buffer.from(body);
-        const reply = Buffer.from(await fn(id, copy));
+        const running = Promise.resolve(fn(id, copy));
+        if (hub.breakInFlight?.(id, to, method)) {
+          running.catch(() => undefined);
+          throw new FlowError('UNAVAILABLE', `the connection to broker ${to} broke with ${method} in flight`);
+        }
+        const reply = Buffer.from(await running);
         if (hub.loseReply?.(id, to, method)) throw new FlowError('UNAVAILABLE', `broker ${to}'s reply to ${method} was lost`);
         return reply;
       },

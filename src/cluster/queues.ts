@@ -241,6 +241,14 @@ export class ClusterQueues implements QueueHub {
         r.push(0);
         continue;
       }
+      // A retry whose first copy is still being written here (the first request broke off): answered with that write.
+      const first = f !== undefined && n !== undefined ? q.writing?.(f, n + i) : undefined;
+      if (first !== undefined) {
+        this.stats.duplicates++;
+        r.push(0);
+        durable.push(first);
+        continue;
+      }
       const res = q.enqueue(decodeMessage(m), f !== undefined && n !== undefined ? { src: f, seq: n + i } : undefined);
       r.push(res.rejected ? 1 : 0);
       if (res.durable) durable.push(res.durable);

@@ -60,6 +60,8 @@ export class Queue implements QueueRuntime {
   private recoveredMaxId = 0;
   /** Cluster mode: per forwarding broker, the highest sequence of its publishes stored here (see marked()). */
   private readonly marks = new Map<string, number>();
+  /** Cluster mode: the writes of marked publishes in flight, per forwarding broker and sequence (see writing()). */
+  private readonly markWrites = new Map<string, Map<number, Promise<void>>>();
   /** Enqueue times of messages appended beyond the window: [first id, ms] checkpoints, at most one per 100 ms. */
   private readonly enqueueTimes: number[] = [];
 
@@ -227,14 +229,28 @@ export class Queue implements QueueRuntime {
     return this.marks.get(src) ?? -1;
   }
 
-  /** The mark is noted once the message carrying it is durable (a failed write leaves it to the retry). */
+  writing(src: string, seq: number): Promise<void> | undefined {
+    return this.markWrites.get(src)?.get(seq);
+  }
+
+  /**
+   * The mark is noted once the message carrying it is durable (a failed write leaves it to the retry); until then
+   * its write is what a retry of the same publish waits for (writing()).
+   */
   private noteMark(mark: QueueMark, durable: Promise<void>): void {
-    durable.then(
-      () => {
-        if (mark.seq > (this.marks.get(mark.src) ?? -1)) this.marks.set(mark.src, mark.seq);
-      },
-      () => undefined,
-    );
+    let writes = this.markWrites.get(mark.src);
+    if (writes === undefined) this.markWrites.set(mark.src, (writes = new Map()));
+    writes.set(mark.seq, durable);
+    const settled = (): void => {
+      const w = this.markWrites.get(mark.src);
+      if (w?.get(mark.seq) !== durable) return;
+      w.delete(mark.seq);
+      if (w.size === 0) this.markWrites.delete(mark.src);
+    };
+    durable.then(() => {
+      if (mark.seq > (this.marks.get(mark.src) ?? -1)) this.marks.set(mark.src, mark.seq);
+      settled();
+    }, settled);
   }
 
   enqueue(msg: Message, mark?: QueueMark): EnqueueResult {

@@ -226,6 +226,11 @@ export interface QueueRuntime extends QueueHandle {
    * each one once durable), -1 when none: a retried publish at or below it is not enqueued again.
    */
   marked?(src: string): number;
+  /**
+   * Cluster mode: the write of `src`'s forwarded publish `seq` while it is in flight (stored, not yet durable), else
+   * undefined: a retry arriving meanwhile (its request broke off) waits for it instead of being enqueued again.
+   */
+  writing?(src: string, seq: number): Promise<void> | undefined;
   /** Removes the ready messages; returns how many. */
   purge(): Promise<number>;
   /** Deletes the queue: cancels its consumers (cancelled()), drops its storage; returns the messages it held. */

@@ -205,4 +205,38 @@ describe('cluster queues over PostgreSQL', () => {
       await closeAll();
     }
   });
+
+  it('a forwarded publish retried while its owner is still writing the first copy is stored once', async () => {
+    const { hub, start, closeAll } = await brokers(await server.createDatabase());
+    try {
+      const a = await start(1);
+      const b = await start(2);
+      let name = '';
+      for (let i = 0; !name; i++) if (rendezvous('queue', `wq${i}`, [1, 2]) === 1) name = `wq${i}`;
+      await b.engine.declareQueue({ name, durable: true, exclusiveOwner: null, autoDelete: false, arguments: {}, rawArguments: {} });
+      await until('owned by 1', () => a.cluster.owns('queue', name) !== null);
+      const got = collect(a.engine, name);
+      // Broker 1's write of m1 is held; broker 2's request breaks off while it is in flight, and broker 2 retries.
+      let release = (): void => undefined;
+      const held = new Promise<void>((r) => (release = r));
+      const append = a.qs.append.bind(a.qs);
+      let hold = 1;
+      a.qs.append = async (...args: Parameters<typeof append>) => {
+        if (hold-- > 0) await held;
+        return append(...args);
+      };
+      let requests = 0;
+      hub.breakInFlight = (from, to, method) => method === 'queue.publish' && from === 2 && to === 1 && requests++ === 0;
+      const m1 = b.engine.publishTo('', name, makeMessage('', Buffer.from('m1'))).durable;
+      await until('the retry reached broker 1', () => requests >= 2);
+      release();
+      await m1;
+      await b.engine.publishTo('', name, makeMessage('', Buffer.from('end'))).durable;
+      await until('the marker', () => got.includes('end'));
+      assert.deepEqual(got, ['m1', 'end'], 'm1 stored and delivered once');
+    } finally {
+      hub.breakInFlight = null;
+      await closeAll();
+    }
+  });
 });

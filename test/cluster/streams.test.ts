@@ -419,6 +419,40 @@ describe('cluster streams: partitions owned across brokers', () => {
     }
   });
 
+  it('a forwarded append retried while its owner is still writing the first copy is stored once', async () => {
+    const e = await env();
+    const a = await startNode(e, 1);
+    const b = await startNode(e, 2);
+    try {
+      await a.engine.createStream({ name: 'inflight', partitions: 8 });
+      await settle([a, b], 'inflight', 8);
+      const p = Array.from({ length: 8 }, (_, i) => i).find((i) => b.log.holds('inflight', i));
+      assert.notEqual(p, undefined, 'broker 2 owns a partition');
+      assert.equal(await offsetOf(a.engine.produce('inflight', p!, batch(['m0']))), 0);
+      // Broker 2's WAL holds m1 back; the forwarder's request breaks off while it is in flight and is retried.
+      let open!: () => void;
+      b.gated.gate = new Promise<void>((r) => (open = r));
+      let requests = 0;
+      e.hub.breakInFlight = (from, to, method) => method === 'stream.append' && from === 1 && to === 2 && requests++ === 0;
+      const r1 = a.engine.produce('inflight', p!, batch(['m1']));
+      await until(() => requests >= 2, 'the retry to reach the owner');
+      b.gated.gate = null;
+      open();
+      assert.equal(await offsetOf(r1), 1, "the retry is answered with the first copy's offset");
+      assert.ok(b.log.stats.duplicateAppends >= 1, 'the retry was recognised as a duplicate');
+      assert.equal(await offsetOf(a.engine.produce('inflight', p!, batch(['m2']))), 2);
+      assert.deepEqual(await readAll(a.engine, 'inflight', p!), [
+        [0, 'm0'],
+        [1, 'm1'],
+        [2, 'm2'],
+      ]);
+    } finally {
+      e.hub.breakInFlight = null;
+      await b.close();
+      await a.close();
+    }
+  });
+
   it('a forwarded append stored by its owner whose reply was lost is stored once: retried at the same owner, and at the next one after it died', async () => {
     const e = await env();
     const a = await startNode(e, 1);
