@@ -197,6 +197,7 @@ async function openDataPlane(config: Config, logger: Logger, closers: Closers): 
     segmentMs: config.segmentMs,
     maxUnsealedBytes: config.maxUnsealedBytes,
     recentBytes: config.readCacheBytes ?? undefined,
+    recentMaxAgeMs: config.readCacheMaxAge,
     compactionBytesPerSec: config.compactionBytesPerSec,
   };
   const logLogger = logger.child({ component: 'log' });

@@ -166,6 +166,7 @@ export interface Config {
   queueWindowMessages: number;
   queueWindowBytes: number;
   readCacheBytes: number | null;
+  readCacheMaxAge: number;
   compactionBytesPerSec: number;
   walFsync: boolean;
   walLayout: 'partition' | 'shared';
@@ -890,6 +891,13 @@ export const OPTIONS: readonly OptionSpec[] = [
     default: null,
     defaultText: 'a quarter of --max-unsealed-bytes, at most 64MiB',
     help: 'sealed batches kept in memory for consumers a little behind, across all partitions (0: none; default: a quarter of --max-unsealed-bytes, at most 64MiB)',
+  },
+  {
+    key: 'readCacheMaxAge',
+    name: 'read-cache-max-age',
+    kind: 'delay',
+    default: 120_000,
+    help: 'how long a sealed batch stays in the read cache at most (0: until --read-cache-bytes pushes it out); a consumer further behind reads from the object store through its block cache',
   },
   {
     key: 'compactionBytesPerSec',

@@ -51,6 +51,12 @@ export interface LogOptions {
    * tends to stay behind. Oldest sealed first out. Default: a quarter of maxUnsealedBytes, at most 64 MiB.
    */
   recentBytes?: number;
+  /**
+   * How long a sealed batch stays in the read cache at most (ms; 0: until the budget pushes it out). A consumer
+   * further behind reads from the object store (through its block cache); the cache then holds what the last
+   * minutes brought, not whatever filled its budget hours ago. Default 2 minutes.
+   */
+  recentMaxAgeMs?: number;
   /** Compacted streams: bytes per second the cleaner reads and writes at most (0: unpaced). */
   compactionBytesPerSec?: number;
   /** Compacted streams: how long a replaced segment object stays for readers that looked it up before (ms). */
@@ -88,6 +94,9 @@ export const DEFAULT_LOG_OPTIONS: LogOptions = {
   sealConcurrency: 1,
   maxUnsealedBytes: 256 * 1024 * 1024,
 };
+
+/** How long a sealed batch stays in the read cache at most, by default (LogOptions.recentMaxAgeMs). */
+export const RECENT_MAX_AGE_MS = 120_000;
 
 /** How often free batch memory that went unused is let go. */
 export const MEMORY_TRIM_MS = 10_000;
@@ -170,7 +179,7 @@ export abstract class LogState {
   throttled: Array<() => void> = [];
   readonly memory: BatchMemory;
   /** Every partition's recent batches, in the order they were sealed (the oldest goes first). */
-  recentQueue: Array<{ p: Partition; b: TailBatch }> = [];
+  recentQueue: Array<{ p: Partition; b: TailBatch; at: number }> = [];
   recentHead = 0;
   recentTotal = 0;
   /** Compaction: replaced segment objects waiting for their readers, by key; whether a cleaner round runs. */
@@ -181,6 +190,7 @@ export abstract class LogState {
   /** The engine's Kafka transaction state (useTransactions): the cleaner drops aborted records with it. */
   transactions: TxnPartitions | null = null;
   readonly recentBudget: number;
+  readonly recentMaxAgeMs: number;
   memoryTrimmedAt = Date.now();
   readonly stats = newLogStats();
 
@@ -196,6 +206,7 @@ export abstract class LogState {
     this.defs = owned ? new Map() : null;
     this.indexCache = new IndexCache(options.indexCacheEntries, options.indexCacheBatches);
     this.recentBudget = options.recentBytes ?? Math.min(64 * 1024 * 1024, Math.floor(options.maxUnsealedBytes / 4));
+    this.recentMaxAgeMs = options.recentMaxAgeMs ?? RECENT_MAX_AGE_MS;
     this.memory = new BatchMemory(options.batchMemoryBytes ?? options.maxUnsealedBytes + this.recentBudget + 64 * 1024 * 1024);
   }
 

@@ -125,23 +125,36 @@ export async function withSealSlot(lm: LogState, slots: number, fn: () => Promis
 export const BATCH_OVERHEAD_BYTES = 512;
 
 /** What an evicted slot of LogState.recentQueue holds until the queue is compacted. */
-const EVICTED = { p: null, b: null } as unknown as { p: Partition; b: TailBatch };
+const EVICTED = { p: null, b: null, at: 0 } as unknown as { p: Partition; b: TailBatch; at: number };
 
 /** What a recent batch counts against the read cache's budget. */
 export function recentCost(b: TailBatch): number {
   return b.data.length + BATCH_OVERHEAD_BYTES;
 }
 
-/** A sealed batch stays readable from memory until the recent batches of all partitions outgrow their budget. */
-export function keepRecent(lm: LogState, p: Partition, b: TailBatch): void {
+/**
+ * A sealed batch stays readable from memory until the recent batches of all partitions outgrow their budget, or
+ * for recentMaxAgeMs at most (expireRecent).
+ */
+export function keepRecent(lm: LogState, p: Partition, b: TailBatch, now = Date.now()): void {
   if (lm.recentBudget <= 0) {
     b.chunk?.unpin();
     return;
   }
   p.recent.push(b);
-  lm.recentQueue.push({ p, b });
+  lm.recentQueue.push({ p, b, at: now });
   lm.recentTotal += recentCost(b);
-  while (lm.recentTotal > lm.recentBudget && lm.recentHead < lm.recentQueue.length) {
+  evictRecent(lm, now);
+}
+
+/** Lets go of the read cache's batches kept longer than recentMaxAgeMs (the background task, between seals). */
+export function expireRecent(lm: LogState, now = Date.now()): void {
+  if (lm.recentHead < lm.recentQueue.length) evictRecent(lm, now);
+}
+
+function evictRecent(lm: LogState, now: number): void {
+  const oldest = lm.recentMaxAgeMs > 0 ? now - lm.recentMaxAgeMs : -Infinity;
+  while (lm.recentHead < lm.recentQueue.length && (lm.recentTotal > lm.recentBudget || lm.recentQueue[lm.recentHead].at <= oldest)) {
     // The queue holds each partition's recent batches in their order: this one is first in its partition's.
     const { p: q, b: old } = lm.recentQueue[lm.recentHead];
     // The slot lets go of the batch now, not when the queue is next compacted.
@@ -321,6 +334,7 @@ export function background(lm: LogState): void {
     lm.memory.trim();
     lm.memoryTrimmedAt = now;
   }
+  expireRecent(lm, now);
   const seals: Promise<void>[] = [];
   for (const p of lm.parts.values()) {
     if (p.tail.length > 0 && (p.tailBytes >= lm.segmentBytes(p) || now - p.tailSince >= (p.def.segmentMs ?? lm.defaults.segmentMs ?? lm.options.segmentMs))) {
