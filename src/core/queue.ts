@@ -239,7 +239,7 @@ export class Queue implements QueueRuntime {
    */
   private noteMark(mark: QueueMark, durable: Promise<void>): void {
     let writes = this.markWrites.get(mark.src);
-    if (writes === undefined) this.markWrites.set(mark.src, (writes = new Map()));
+    if (writes === undefined) this.markWrites.set(mark.src, (writes = new Map<number, Promise<void>>()));
     writes.set(mark.seq, durable);
     const settled = (): void => {
       const w = this.markWrites.get(mark.src);
