@@ -23,10 +23,7 @@ import {
   type Engine,
 } from '../../../src/core/index.js';
 import type { LogManager } from '../../../src/storage/log/index.js';
-import { SqliteMetastore } from '../../../src/storage/metastore/index.js';
-import { FsObjectStore } from '../../../src/storage/objects/index.js';
-import { FileWal } from '../../../src/storage/wal/index.js';
-import { openLogEngine } from '../../helpers/log-engine.js';
+import { openFsLogEngine } from '../../helpers/log-engine.js';
 
 const logger = pino({ level: 'silent' });
 
@@ -76,22 +73,7 @@ describe('log cleaner and transactions', () => {
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
-  const open = async (sub: string) => {
-    const metastore = SqliteMetastore.open(join(dir, `${sub}.db`));
-    const objects = new FsObjectStore(join(dir, `${sub}-objects`));
-    const wal = await FileWal.open(join(dir, `${sub}-wal`));
-    const { log, engine } = await openLogEngine({ wal, objects, metastore }, logger, { segmentBytes: 4096, compactionDeleteDelayMs: 0 });
-    return {
-      log,
-      engine,
-      async close() {
-        await log.close();
-        await wal.close();
-        await objects.close();
-        await metastore.close();
-      },
-    };
-  };
+  const open = (sub: string) => openFsLogEngine(join(dir, sub), logger, { segmentBytes: 4096, compactionDeleteDelayMs: 0 });
 
   const plain = async (engine: Engine, stream: string, key: string, value: string): Promise<number> => {
     const res = engine.produce(stream, 0, encodeBatch([{ key: Buffer.from(key), value: Buffer.from(value), headers: [], timestamp: 1000 }]));

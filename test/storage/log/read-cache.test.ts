@@ -11,10 +11,7 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import { decodeBatch, encodeBatch } from '../../../src/core/index.js';
 import type { LogOptions } from '../../../src/storage/log/index.js';
-import { SqliteMetastore } from '../../../src/storage/metastore/index.js';
-import { FsObjectStore } from '../../../src/storage/objects/index.js';
-import { FileWal } from '../../../src/storage/wal/index.js';
-import { openLogEngine } from '../../helpers/log-engine.js';
+import { openFsLogEngine } from '../../helpers/log-engine.js';
 
 const logger = pino({ level: 'silent' });
 const dirs: string[] = [];
@@ -25,18 +22,7 @@ afterEach(() => {
 async function open(options: Partial<LogOptions>) {
   const dir = mkdtempSync(join(tmpdir(), 'flowmq-read-cache-'));
   dirs.push(dir);
-  const metastore = SqliteMetastore.open(join(dir, 'meta.db'));
-  const wal = await FileWal.open(join(dir, 'wal'));
-  const { log, engine } = await openLogEngine({ wal, objects: new FsObjectStore(join(dir, 'objects')), metastore }, logger, options);
-  return {
-    log,
-    engine,
-    async close() {
-      await log.close();
-      await wal.close();
-      await metastore.close();
-    },
-  };
+  return openFsLogEngine(dir, logger, options);
 }
 
 const batch = (i: number) => encodeBatch([{ key: null, value: Buffer.alloc(1024, i), headers: [], timestamp: 1_000_000 + i }]);
