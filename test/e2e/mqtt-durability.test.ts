@@ -9,11 +9,11 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 import mqtt, { type IClientOptions, type IPublishPacket, type MqttClient } from 'mqtt';
 import { FlowmqProcess, eventually, makeTestCert, run, sleep } from './harness.js';
 import { RawClient, connectPacket } from '../protocols/mqtt/helpers.js';
-import { describeStorages, storageConfigs } from './storage-configs.js';
+import { storageConfigs } from './storage-configs.js';
 import type { MqttPacket } from '../../src/protocols/mqtt/codec/index.js';
 
 function collect(c: MqttClient): IPublishPacket[] {
@@ -35,9 +35,8 @@ async function connectCollect(url: string, opts: IClientOptions): Promise<{ c: M
 
 const configs = storageConfigs();
 
-describeStorages(
-  'mqtt e2e: restart in the middle of persistent sessions',
-  (cfg) => {
+for (const cfg of configs)
+  describe(`mqtt e2e: restart in the middle of persistent sessions [${cfg.name}]`, () => {
     let b: FlowmqProcess;
     let certDir = '';
     let storageArgs: string[] = [];
@@ -191,16 +190,13 @@ describeStorages(
         ws.c.end(true);
       }
     });
-  },
-  configs,
-);
+  });
 
 // On PostgreSQL this needs the publisher's PUBACK to wait for the write-through of the deliveries to the
 // subscribers' session queues (MqttHub.queueWrites): SQLite has written them at call time, PostgreSQL commits
 // later, and a kill -9 right after the last PUBLISH used to lose it (m1, m2 came back, m3 did not).
-describeStorages(
-  'mqtt e2e: in-flight QoS 1 messages of connected sessions survive kill -9',
-  (cfg) => {
+for (const cfg of configs)
+  describe(`mqtt e2e: in-flight QoS 1 messages of connected sessions survive kill -9 [${cfg.name}]`, () => {
     let b: FlowmqProcess;
     before(async () => {
       b = await FlowmqProcess.start({ args: await cfg.brokerArgs() });
@@ -315,6 +311,4 @@ describeStorages(
       assert.deepEqual(again.got, []);
       await again.c.endAsync();
     });
-  },
-  configs,
-);
+  });
