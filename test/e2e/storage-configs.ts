@@ -10,13 +10,9 @@
  * prefix of its own, so brokers of one file never see each other's data. A restart of a broker keeps its options
  * (FlowmqProcess.restart), hence its database and prefix.
  *
- * `describeStorages` runs the configurations' blocks side by side (each block's tests in order, one at a time): a
- * block spends most of its time waiting for restarts, PostgreSQL and s3rver, ~0.4 of a core, so two of them
- * beside each other take about as long as the longer one.
- *
  * FLOWMQ_E2E_STORAGE=embedded (or postgres+s3) runs one configuration only, e.g. on a machine without PostgreSQL.
  */
-import { after, describe } from 'node:test';
+import { after } from 'node:test';
 import { ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 import { startPostgres, type PostgresServer } from '../helpers/postgres.js';
 import { startS3, type S3TestServer } from '../helpers/s3.js';
@@ -106,18 +102,6 @@ export function storageConfigs(): StorageConfig[] {
   const picked = all.filter((c) => c.name === only);
   if (picked.length === 0) throw new Error(`FLOWMQ_E2E_STORAGE: unknown configuration "${only}" (embedded, postgres+s3)`);
   return picked;
-}
-
-/**
- * `describe(\`${title} [${cfg.name}]\`)` for each configuration, the blocks side by side under one parent, each block's
- * own tests and hooks one after the other as in a plain describe (concurrency 1 is set: a child would inherit the
- * parent's). A block must not share brokers or mutable state with another (each has its own broker, database
- * and object prefix; the services are shared).
- */
-export function describeStorages(title: string, body: (cfg: StorageConfig) => void, configs: StorageConfig[] = storageConfigs()): void {
-  describe(title, { concurrency: true }, () => {
-    for (const cfg of configs) describe(`${title} [${cfg.name}]`, { concurrency: 1 }, () => body(cfg));
-  });
 }
 
 /** The value of option `name` in a broker's arguments. */
