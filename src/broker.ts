@@ -21,6 +21,7 @@ import {
   reloadDirectory,
   startAdminApi,
   startRabbitManagement,
+  httpTimeouts,
   type RabbitManagement,
   WebhookAuthenticator,
   OidcVerifier,
@@ -316,6 +317,8 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
     quotas: access.quotas,
     ready: () => ready,
   });
+  // Every HTTP listener's headers timeout and lingering close (the protocols' listeners read the same options).
+  const httpGuard = httpTimeouts({ headersTimeoutMs: config.httpHeadersTimeout, lingerMs: config.httpLinger });
   const admin = await startAdminApi({
     engine,
     logger: logger.child({ component: 'admin' }),
@@ -336,6 +339,7 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
     metricsAllow: config.httpMetricsAllow,
     metrics,
     sessionTtlMs: config.httpSessionTtl,
+    timeouts: httpGuard,
     version: BROKER_VERSION,
     groups: () => running.flatMap((r) => (r.protocol.groups ? [{ protocol: r.name, admin: r.protocol.groups }] : [])),
     mqttSessions: () => running.find((r) => r.name === 'mqtt')?.protocol.sessions,
@@ -385,6 +389,7 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
       host: config.httpHost,
       port: config.amqpManagementPort,
       allowedHosts: config.httpAllowedHosts,
+      timeouts: httpGuard,
       amqp: () => running.find((r) => r.name === 'amqp')?.protocol.amqpManagement,
       listeners: () => [
         ...[...listeners].map(([name, l]) => ({ name, port: l.address().port })),

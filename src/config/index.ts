@@ -111,6 +111,10 @@ export interface Config {
   httpMetricsAllow: string[];
   /** How long a dashboard login session lasts, ms. */
   httpSessionTtl: number;
+  /** Every HTTP listener: a request's headers must arrive within this (408 otherwise). */
+  httpHeadersTimeout: number;
+  /** Every HTTP listener: how long a connection refused before its body was read waits before it is reset. */
+  httpLinger: number;
   protocols: Protocol[];
   logLevel: string;
   brokerId: number;
@@ -651,6 +655,20 @@ export const OPTIONS: readonly OptionSpec[] = [
     help: 'addresses or CIDR blocks (10.0.0.0/8, ::1) that may read /metrics, /healthz and /readyz, comma-separated (default: anyone who can connect; they need no login)',
   },
   { key: 'httpSessionTtl', name: 'http-session-ttl', kind: 'duration', default: 12 * 3_600_000, help: 'how long a dashboard login session lasts' },
+  {
+    key: 'httpHeadersTimeout',
+    name: 'http-headers-timeout',
+    kind: 'duration',
+    default: 10_000,
+    help: "every HTTP listener (admin API, dashboard, /metrics, the WebSocket listeners, NATS monitoring, RabbitMQ management): a request's headers, or a new connection's first request, must arrive within this, else 408 and the connection is closed",
+  },
+  {
+    key: 'httpLinger',
+    name: 'http-linger',
+    kind: 'duration',
+    default: 2000,
+    help: "every HTTP listener: after a response sent before its request's body was read (a 401, 413, 426...), the connection is closed and what the client still sends is discarded for this long, then the connection is reset",
+  },
   { key: 'protocols', name: 'protocols', kind: 'protocols', default: [...PROTOCOLS], help: 'listeners this broker enables, comma-separated' },
   { key: 'logLevel', name: 'log-level', kind: 'level', default: 'info', help: 'trace, debug, info, warn, error, fatal or silent' },
   { key: 'brokerId', name: 'broker-id', kind: 'int', default: 0, help: "this broker's id (Kafka node id); every broker of a cluster needs its own" },

@@ -11,8 +11,8 @@
  *   carry the next request ("dumping"), which means a stranger's 200 MiB body is received whole after its 401.
  *   `closeUnreadBody` makes such a response say `Connection: close` and ends the connection after it instead,
  *   with a short lingering close: the response goes out, then our FIN; what the client still sends is discarded
- *   up to `LINGER_BYTES`, after which the server stops reading, and `LINGER_MS` after the response the socket is
- *   destroyed. Destroying the socket at once (what Node does after a `Connection: close` response) resets the
+ *   up to `LINGER_BYTES`, after which the server stops reading, and `lingerMs` (option http-linger, default 2 s)
+ *   after the response the socket is destroyed. Destroying the socket at once (what Node does after a `Connection: close` response) resets the
  *   connection while the client's bytes are unread, and a reset can drop the response itself before the client
  *   read it (the lingering close of Apache and nginx exists for this).
  */
@@ -25,6 +25,8 @@ export interface HttpTimeouts {
   keepAliveTimeoutMs: number;
   /** How often Node checks the first two (its default, 30 s, would let a timeout run up to 30 s late). */
   checkIntervalMs: number;
+  /** How long after a refusal sent before the body was read the connection waits before it is reset (see below). */
+  lingerMs: number;
 }
 
 /**
@@ -32,7 +34,27 @@ export interface HttpTimeouts {
  * the API's 1 MiB, which takes 30 s at ~35 KB/s; the dashboard polls every few seconds, so 10 s of keep-alive
  * keeps its connection between polls.
  */
-export const HTTP_TIMEOUTS: HttpTimeouts = { headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, keepAliveTimeoutMs: 10_000, checkIntervalMs: 1000 };
+export const HTTP_TIMEOUTS: HttpTimeouts = {
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 30_000,
+  keepAliveTimeoutMs: 10_000,
+  checkIntervalMs: 1000,
+  lingerMs: 2000,
+};
+
+/**
+ * The defaults with the two a broker's configuration sets (http-headers-timeout, http-linger). The request timeout
+ * stays 30 s unless the headers timeout is longer (Node wants it no shorter than the headers timeout).
+ */
+export function httpTimeouts(o: { headersTimeoutMs?: number; lingerMs?: number } = {}): HttpTimeouts {
+  const headersTimeoutMs = o.headersTimeoutMs ?? HTTP_TIMEOUTS.headersTimeoutMs;
+  return {
+    ...HTTP_TIMEOUTS,
+    headersTimeoutMs,
+    requestTimeoutMs: Math.max(HTTP_TIMEOUTS.requestTimeoutMs, headersTimeoutMs),
+    lingerMs: o.lingerMs ?? HTTP_TIMEOUTS.lingerMs,
+  };
+}
 
 /** Options of `http.createServer` / `https.createServer` that set the timeouts. */
 export function httpServerOptions(t: HttpTimeouts = HTTP_TIMEOUTS): ServerOptions {
@@ -53,8 +75,8 @@ export function applyHttpTimeouts(server: Server, t: HttpTimeouts = HTTP_TIMEOUT
 
 /** Bytes of an unread body read and discarded after the refusal; past them the server stops reading. */
 export const LINGER_BYTES = 256 * 1024;
-/** How long after the response the connection waits for the client to stop sending before it is reset. */
-export const LINGER_MS = 2000;
+/** How long after the response the connection waits for the client to stop sending before it is reset (default). */
+export const LINGER_MS = HTTP_TIMEOUTS.lingerMs;
 
 const guarded = new WeakSet<Socket>();
 
@@ -62,7 +84,7 @@ const guarded = new WeakSet<Socket>();
  * Call before a response is sent: when the request's body has not been received whole, the response closes the
  * connection instead of letting Node read the rest (see the module comment). Does nothing otherwise.
  */
-export function closeUnreadBody(req: IncomingMessage, res: ServerResponse): void {
+export function closeUnreadBody(req: IncomingMessage, res: ServerResponse, lingerMs = LINGER_MS): void {
   if (req.complete) return;
   if (!res.headersSent) res.setHeader('connection', 'close');
   const socket = req.socket;
@@ -83,10 +105,10 @@ export function closeUnreadBody(req: IncomingMessage, res: ServerResponse): void
   // After a `Connection: close` response Node calls the socket's destroySoon(): end, then destroy as soon as our
   // side is written, a reset while the client's bytes are unread. Ours lingers instead. Were Node to stop calling
   // destroySoon, the fallback is that plain close: still no body read to its end.
-  socket.destroySoon = () => linger(socket, req);
+  socket.destroySoon = () => linger(socket, req, lingerMs);
 }
 
-function linger(socket: Socket, req: IncomingMessage): void {
+function linger(socket: Socket, req: IncomingMessage, lingerMs: number): void {
   if (socket.destroyed) return;
   const stop = () => socket.destroy();
   // Our FIN follows the response: the client may read it all before it learns it should stop sending.
@@ -97,7 +119,7 @@ function linger(socket: Socket, req: IncomingMessage): void {
     else socket.once('finish', stop);
     return;
   }
-  const timer = setTimeout(stop, LINGER_MS);
+  const timer = setTimeout(stop, lingerMs);
   timer.unref();
   socket.once('close', () => clearTimeout(timer));
   // The client finished its body after all: the close is a clean one.

@@ -7,7 +7,7 @@ export {
   type OffsetResetTarget,
   type SessionAdmin,
 } from './admin-api.js';
-export { closeUnreadBody, httpServerOptions } from './http-guard.js';
+export { closeUnreadBody, httpServerOptions, httpTimeouts, type HttpTimeouts } from './http-guard.js';
 export { FloodCollector, processMemory } from './memory.js';
 export {
   DUMMY_PASSWORD_HASH,

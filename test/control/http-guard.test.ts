@@ -9,7 +9,7 @@ import { connect, type AddressInfo, type Socket } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { LINGER_BYTES, LINGER_MS, closeUnreadBody, httpServerOptions } from '../../src/control/http-guard.js';
 
-const SHORT = { headersTimeoutMs: 400, requestTimeoutMs: 800, keepAliveTimeoutMs: 300, checkIntervalMs: 100 };
+const SHORT = { headersTimeoutMs: 400, requestTimeoutMs: 800, keepAliveTimeoutMs: 300, checkIntervalMs: 100, lingerMs: LINGER_MS };
 
 function open(port: number, allowHalfOpen = false): Promise<Socket> {
   return new Promise((resolve) => {

@@ -185,7 +185,7 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
   // A response sent before the request's body was read (a refusal in onRequest, a 404, a GET with a body, fastify's
   // own 413) closes the connection instead of letting Node read the rest of the body: see http-guard.ts.
   app.addHook('onSend', async (req, reply) => {
-    closeUnreadBody(req.raw, reply.raw);
+    closeUnreadBody(req.raw, reply.raw, timeouts.lingerMs);
   });
   // `Expect: 100-continue` is answered only once the request passed the checks below (the end of the onRequest
   // hook), so that a refused client learns it before it sends its body (RFC 9110 section 10.1.1); Node would send

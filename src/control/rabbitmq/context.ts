@@ -7,6 +7,7 @@ import type { FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import type { Engine, NamespaceNames } from '../../core/index.js';
 import type { AccessControl } from '../access.js';
+import type { HttpTimeouts } from '../http-guard.js';
 import type { Action, Principal, ResourceKind } from '../policy.js';
 import type { AmqpManagementView } from './types.js';
 import type { Rates } from './format.js';
@@ -19,6 +20,8 @@ export interface RabbitManagementOptions {
   host: string;
   port: number;
   allowedHosts?: readonly string[];
+  /** Headers, request and keep-alive timeouts and the lingering close (see http-guard.ts); default HTTP_TIMEOUTS. */
+  timeouts?: HttpTimeouts;
   /** The AMQP module's connections, channels and alarms; undefined while AMQP does not run. */
   amqp: () => AmqpManagementView | undefined;
   /** The broker's listeners: name ("amqp", "mqtts", "http"...) and port (health checks, overview). */

@@ -92,12 +92,13 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
       .catch((err: unknown) => logger.warn({ err }, 'RabbitMQ policies could not be reloaded; keeping the last ones'));
   });
 
+  const timeouts = opts.timeouts ?? HTTP_TIMEOUTS;
   const app = Fastify({
     logger: false,
     bodyLimit: 1024 * 1024,
-    http: httpServerOptions(HTTP_TIMEOUTS),
-    requestTimeout: HTTP_TIMEOUTS.requestTimeoutMs,
-    keepAliveTimeout: HTTP_TIMEOUTS.keepAliveTimeoutMs,
+    http: httpServerOptions(timeouts),
+    requestTimeout: timeouts.requestTimeoutMs,
+    keepAliveTimeout: timeouts.keepAliveTimeoutMs,
     frameworkErrors: (err, _req, reply) => {
       void (reply as unknown as FastifyReply).code(400).send({ error: 'bad_request', reason: err.message });
     },
@@ -116,7 +117,7 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
     }
   });
   app.addHook('onSend', async (req, reply) => {
-    closeUnreadBody(req.raw, reply.raw);
+    closeUnreadBody(req.raw, reply.raw, timeouts.lingerMs);
   });
   app.setErrorHandler((err, req, reply) => {
     // In a vhost other than `/`, texts name things as its clients do (core vhosts.ts).

@@ -5,6 +5,7 @@
 import { readFileSync } from 'node:fs';
 import type { TLSSocket } from 'node:tls';
 import { certificateLogin, tlsClientOptions } from '../../control/certs.js';
+import { httpTimeouts } from '../../control/http-guard.js';
 import type { Config } from '../../config/index.js';
 import { FlowError } from '../../core/index.js';
 import type { AdapterContext, ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
@@ -61,7 +62,16 @@ export const mqttModule: ProtocolModule = {
         ctx.logger.info({ protocol: 'mqtts', address: formatAddress(t.address()) }, 'listening');
       }
       if (config.mqttWs) {
-        const w = await startMqttWsListener(mctx, { host: config.host, port: config.mqttWsPort, path: '/mqtt' }, hub);
+        const w = await startMqttWsListener(
+          mctx,
+          {
+            host: config.host,
+            port: config.mqttWsPort,
+            path: '/mqtt',
+            timeouts: httpTimeouts({ headersTimeoutMs: config.httpHeadersTimeout, lingerMs: config.httpLinger }),
+          },
+          hub,
+        );
         listeners.set('mqtt-ws', w);
         ctx.logger.info({ protocol: 'mqtt-ws', address: formatAddress(w.address()), path: '/mqtt' }, 'listening');
       }

@@ -15,7 +15,7 @@ import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.j
 import { MqttConnection, type CertificateLogin } from './connection.js';
 import { resolveMqttOptions, type MqttOptions } from './options.js';
 import { MqttHub } from './hub.js';
-import { closeUnreadBody, httpServerOptions } from '../../control/index.js';
+import { closeUnreadBody, httpServerOptions, type HttpTimeouts } from '../../control/index.js';
 
 export interface MqttListener extends ProtocolListener {
   /** Connected client ids (of every listener sharing the hub). */
@@ -40,6 +40,8 @@ export interface TlsListenOptions extends ListenOptions, TlsServerFiles {
 export interface WsListenOptions extends ListenOptions {
   /** Default "/mqtt". */
   path?: string;
+  /** The HTTP side's timeouts and lingering close (control/http-guard.ts); default its HTTP_TIMEOUTS. */
+  timeouts?: HttpTimeouts;
 }
 
 /** MQTT over TCP. Without `hub` the listener gets a private one (closed with it). */
@@ -80,8 +82,8 @@ export async function startMqttWsListener(ctx: AdapterContext, listen: WsListenO
   const path = listen.path ?? '/mqtt';
   // Idle and half-sent requests time out; a request that is not an upgrade is answered without reading its body,
   // and the connection closed (see control/http-guard.ts).
-  const server = http.createServer(httpServerOptions(), (req, res) => {
-    closeUnreadBody(req, res);
+  const server = http.createServer(httpServerOptions(listen.timeouts), (req, res) => {
+    closeUnreadBody(req, res, listen.timeouts?.lingerMs);
     res.writeHead(426, { 'content-type': 'text/plain' }).end('MQTT over WebSocket: upgrade required\n');
   });
   const wss = new WebSocketServer({

@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import type { Config } from '../../config/index.js';
 import { FlowError } from '../../core/index.js';
 import { tlsClientOptions } from '../../control/certs.js';
+import { httpTimeouts } from '../../control/http-guard.js';
 import { formatAddress as fmt } from '../listener.js';
 import { LogLimiter } from '../../util/log-limit.js';
 import type { ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
@@ -35,6 +36,8 @@ export const natsModule: ProtocolModule = {
   },
   async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
     const c = ctx.config;
+    // The WebSocket listener's and the monitoring port's HTTP timeouts and lingering close (control/http-guard.ts).
+    const httpGuard = httpTimeouts({ headersTimeoutMs: c.httpHeadersTimeout, lingerMs: c.httpLinger });
     // A half-configured TLS listener is refused before any listener opens.
     natsModule.check!(c);
     // Read before anything listens: a missing file stops the start with nothing left open.
@@ -128,7 +131,7 @@ export const natsModule: ProtocolModule = {
       ctx.logger.info({ protocol: 'nats', address: fmt(l.address()), ...(tlsMode ? { tls: tlsMode } : {}) }, 'listening');
       if (c.natsWsPort !== null) {
         const wsTls = c.natsWsTls && tlsSettings ? { cert: tlsSettings.cert, key: tlsSettings.key, clientAuth: tlsSettings.clientAuth } : undefined;
-        const w = await startNatsWsListener(shared, { host: c.host, port: c.natsWsPort, tls: wsTls });
+        const w = await startNatsWsListener(shared, { host: c.host, port: c.natsWsPort, tls: wsTls, timeouts: httpGuard });
         listeners.set('nats-ws', w);
         ctx.logger.info({ protocol: 'nats-ws', address: fmt(w.address()), ...(wsTls ? { tls: 'wss' } : {}) }, 'listening');
       }
@@ -138,6 +141,7 @@ export const natsModule: ProtocolModule = {
           host: c.host,
           port: c.natsMonitorPort,
           allow: c.natsMonitorAllow,
+          timeouts: httpGuard,
           setting: () => {
             const ws = listeners.get('nats-ws');
             return {

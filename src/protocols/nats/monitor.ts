@@ -18,7 +18,7 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { closeUnreadBody, httpServerOptions } from '../../control/index.js';
+import { closeUnreadBody, httpServerOptions, type HttpTimeouts } from '../../control/index.js';
 import { DEFAULT_NAMESPACE } from '../../core/index.js';
 import { addressFilter } from '../../util/address.js';
 import { listenOn } from '../listener.js';
@@ -36,6 +36,8 @@ export interface NatsMonitorOptions {
   allow: readonly string[];
   /** What /varz says of the NATS listeners (the monitor's own address is filled in once it listens). */
   setting: () => Omit<MonitorSetting, 'httpHost' | 'httpPort'>;
+  /** Timeouts and lingering close of the HTTP server (control/http-guard.ts); default its HTTP_TIMEOUTS. */
+  timeouts?: HttpTimeouts;
 }
 
 /** HTTP connections the monitoring port keeps open at once (monitoring tools hold one or two each); more are refused. */
@@ -96,7 +98,7 @@ export class NatsMonitor {
     private readonly o: NatsMonitorOptions,
   ) {
     this.allowed = addressFilter(o.allow);
-    this.server = http.createServer(httpServerOptions(), (req, res) => {
+    this.server = http.createServer(httpServerOptions(o.timeouts), (req, res) => {
       this.handle(req, res).catch((err: unknown) => {
         adapter.logger.error({ err, path: req.url }, 'nats monitor: request failed');
         if (!res.headersSent) res.writeHead(500, { 'content-type': 'text/plain' });
@@ -128,7 +130,7 @@ export class NatsMonitor {
   }
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
-    closeUnreadBody(req, res);
+    closeUnreadBody(req, res, this.o.timeouts?.lingerMs);
     if (this.allowed !== null && !this.allowed(req.socket.remoteAddress)) {
       res.writeHead(403, { 'content-type': 'text/plain; charset=utf-8' }).end('403 forbidden\n');
       return;

@@ -33,7 +33,7 @@ import { plainAddress } from '../../util/address.js';
 import type { ListenOptions, ProtocolListener } from '../types.js';
 import type { NatsAdapter } from './adapter.js';
 import type { NatsConnectionMeta, NatsListenerTls } from './types.js';
-import { closeUnreadBody, httpServerOptions } from '../../control/index.js';
+import { closeUnreadBody, httpServerOptions, type HttpTimeouts } from '../../control/index.js';
 import type { NatsConnection } from './connection.js';
 import { dropEarly, servePrebound, takePrebound, type EarlyInfo } from './prebound.js';
 
@@ -358,6 +358,8 @@ function sameInfo(a: Pick<EarlyInfo, 'settings' | 'tls'>, b: Pick<EarlyInfo, 'se
 export interface NatsWsListenOptions extends ListenOptions {
   /** Largest WebSocket message accepted. Default: max payload + max control line + 1 MiB (a client batches writes). */
   maxFrameBytes?: number;
+  /** The HTTP side's timeouts and lingering close (control/http-guard.ts); default its HTTP_TIMEOUTS. */
+  timeouts?: HttpTimeouts;
   /** Serve wss:// with this PEM certificate (chain) and key (INFO then says tls_required). */
   tls?: {
     cert: string | Buffer;
@@ -381,13 +383,13 @@ export async function startNatsWsListener(shared: NatsListenerShared, listen: Na
   // Idle and half-sent requests time out; a request that is not an upgrade is answered without reading its body,
   // and the connection closed (see control/http-guard.ts).
   const upgradeRequired = (req: http.IncomingMessage, res: http.ServerResponse) => {
-    closeUnreadBody(req, res);
+    closeUnreadBody(req, res, listen.timeouts?.lingerMs);
     res.writeHead(426, { 'content-type': 'text/plain' }).end('NATS over WebSocket: upgrade required\n');
   };
   const server: http.Server | https.Server = listen.tls
     ? https.createServer(
         {
-          ...httpServerOptions(),
+          ...httpServerOptions(listen.timeouts),
           cert: listen.tls.cert,
           key: listen.tls.key,
           ca: listen.tls.clientAuth?.ca ?? listen.tls.ca,
@@ -397,7 +399,7 @@ export async function startNatsWsListener(shared: NatsListenerShared, listen: Na
         },
         upgradeRequired,
       )
-    : http.createServer(httpServerOptions(), upgradeRequired);
+    : http.createServer(httpServerOptions(listen.timeouts), upgradeRequired);
   if (listen.tls) {
     server.on('tlsClientError', (err: Error, socket: tls.TLSSocket) => {
       counts.tlsHandshakeFailures++;
