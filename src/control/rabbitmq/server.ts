@@ -79,10 +79,14 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
 
   // Policies apply to queues from now on; another broker's change (the directory reloads) is picked up too.
   const applyPolicies = () => opts.engine.setQueuePolicy((def) => policies.effectiveArguments(def));
-  const policies = new RabbitPolicies(access.directory.store, () => {
-    applyPolicies();
-    access.directory.announce?.();
-  });
+  const policies = new RabbitPolicies(
+    access.directory.store,
+    () => {
+      applyPolicies();
+      access.directory.announce?.();
+    },
+    opts.engine,
+  );
   await policies.reload();
   applyPolicies();
   const stopWatching = access.directory.onChange(() => {
