@@ -36,6 +36,7 @@ import { topicPermissionRoutes } from './topic-permissions.js';
 import { policyRoutes } from './policies.js';
 import { RabbitPolicies } from './policy-store.js';
 import { definitionRoutes } from './definitions.js';
+import { vhostRoutes } from './vhosts.js';
 
 export type { RabbitManagementOptions } from './context.js';
 
@@ -228,6 +229,7 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
   topicPermissionRoutes(app, ctx);
   policyRoutes(app, ctx);
   definitionRoutes(app, ctx);
+  vhostRoutes(app, ctx);
 
   await app.listen({ host: opts.host, port: opts.port });
   hosts.setBound((app.server.address() as AddressInfo).address);
