@@ -383,6 +383,7 @@ describe('e2e: AMQP per-vhost permissions (RabbitMQ set_permissions, vhost = nam
     assert.equal((await rabbit('PUT', '/api/topic-permissions/t5/ann', { exchange: 'amq.topic', write: '^a', read: '^a' })).status, 201);
     assert.equal((await rabbit('PUT', '/api/policies/t5/t5-cap', { pattern: '^g', definition: { 'max-length': 5 } })).status, 201);
     const ann = await connect('ann', 't5');
+    const closed = new Promise<string>((resolve) => ann.on('close', (e?: Error) => resolve(e?.message ?? 'closed without an error')));
     assert.equal(await attempt(ann, (ch) => ch.assertQueue('gq', { durable: true })), null);
     assert.equal(await attempt(ann, (ch) => ch.assertQueue('gs', { durable: true, arguments: { 'x-queue-type': 'stream' } })), null);
     assert.equal((await rabbit('GET', '/api/queues/t5/gq')).json.policy, 't5-cap');
@@ -392,6 +393,8 @@ describe('e2e: AMQP per-vhost permissions (RabbitMQ set_permissions, vhost = nam
     const del = await http(adminApi, 'DELETE', '/api/v1/namespaces/t5');
     assert.equal(del.status, 204, JSON.stringify(del.json));
     assert.equal((await http(adminApi, 'GET', '/api/v1/namespaces/t5')).status, 404);
+    // ann's connection in t5 is closed with RabbitMQ's text for a deleted vhost.
+    assert.match(await closed, /320 \(CONNECTION-FORCED\) with message "CONNECTION_FORCED - vhost 't5' is deleted"/);
     assert.ok(!(await rabbit('GET', '/api/permissions')).json.some((p: Json) => p.vhost === 't5'));
     assert.ok(!(await rabbit('GET', '/api/topic-permissions')).json.some((p: Json) => p.vhost === 't5'));
     assert.ok(!(await rabbit('GET', '/api/policies')).json.some((p: Json) => p.vhost === 't5'));
@@ -411,6 +414,8 @@ describe('e2e: AMQP per-vhost permissions (RabbitMQ set_permissions, vhost = nam
 
   test('PUT and DELETE /api/vhosts/{vhost} (rabbitmqadmin declare/delete vhost): administrators only, RabbitMQ answers', async () => {
     assert.equal((await rabbit('PUT', '/api/vhosts/t6')).status, 201);
+    // As RabbitMQ, its maker (root) gets every permission in it.
+    assert.deepEqual((await rabbit('GET', '/api/vhosts/t6/permissions')).json, [{ vhost: 't6', user: 'root', configure: '.*', write: '.*', read: '.*' }]);
     assert.equal((await rabbit('PUT', '/api/permissions/t6/bob', { configure: '.*', write: '.*', read: '.*' })).status, 201);
     assert.equal(await pikaOpen('bob', 't6'), 'opened');
     // Not an administrator: RabbitMQ's 401.

@@ -318,6 +318,11 @@ describe('e2e: RabbitMQ definitions per vhost (namespace)', { timeout: 60_000 },
     assert.equal((await http('root', 'POST', '/api/definitions', doc)).status, 204);
     const v = (await http('root', 'GET', '/api/vhosts/t3')).json;
     assert.deepEqual([v.name, v.description], ['t3', 'imported']);
+    // The importer (root) got every permission in the vhost it made, as in RabbitMQ; bob the file's.
+    assert.deepEqual(
+      (await http('root', 'GET', '/api/vhosts/t3/permissions')).json.map((p: Json) => `${p.user}|${p.configure}`),
+      ['bob|.*', 'root|.*'],
+    );
     assert.deepEqual(
       (await http('root', 'GET', '/api/definitions')).json.vhosts.map((x: Json) => x.name),
       ['/', 't1', 't2', 't3'],

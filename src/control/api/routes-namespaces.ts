@@ -186,7 +186,7 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
     },
     async (req, reply) => {
       authorizeAdmin(access, req);
-      const gone = await removeNamespace(dir, ctx.engine, req.params.name);
+      const gone = await removeNamespace(access, ctx.engine, req.params.name);
       ctx.logger.info({ namespace: req.params.name, ...gone, by: req.auth?.principal.user ?? null }, 'namespace deleted');
       return reply.code(204).send();
     },

@@ -13,8 +13,8 @@
  * clients use, imported into the vhost they name with the names qualified as the write routes and the AMQP channel
  * qualify them (core vhosts.ts). Policies and operator policies are per vhost too (policy-store.ts), exported with
  * their `vhost` field (a per-vhost document's too, as RabbitMQ). The whole document's import makes the namespaces its
- * `vhosts` name that do not exist yet, before anything else (the route is a broker administrator's; a name no
- * namespace may have is 400); the per-vhost import ignores `vhosts`, as RabbitMQ. What FlowMQ cannot hold is
+ * `vhosts` name that do not exist yet, before anything else, their importer getting every permission there as in
+ * RabbitMQ (the route is a broker administrator's; a name no namespace may have is 400); the per-vhost import ignores `vhosts`, as RabbitMQ. What FlowMQ cannot hold is
  * refused before anything changes (400): an object, permission or policy naming a vhost that neither exists nor is
  * made by the document, or one the caller may not see; runtime parameters other than operator policies (federation
  * upstreams, shovels).
@@ -44,6 +44,7 @@ import { checkName, checkTopicKey, queueArguments, vhostQueueArgs } from './rout
 import { listTopicPermissions, putTopicPermission, topicPermissionBody } from './topic-permissions.js';
 import { homeOf, namespaceOfLabel, namespaceOfVhost } from './vhost-labels.js';
 import { validateName } from '../directory.js';
+import { grantCreator } from './vhosts.js';
 
 type Doc = Record<string, unknown>;
 
@@ -249,7 +250,10 @@ export async function importDefinitions(ctx: RabbitContext, req: FastifyRequest,
   ];
   const parsed = policyBodies.map(([kind, ns, name, body]) => [kind, parsePolicy(kind, ns, name, body)] as const);
 
-  for (const [name, description] of made) await ctx.access.directory.putNamespace({ name, ...(description !== undefined ? { description } : {}) });
+  for (const [name, description] of made) {
+    await ctx.access.directory.putNamespace({ name, ...(description !== undefined ? { description } : {}) });
+    await grantCreator(ctx, req, name);
+  }
   for (const u of users) {
     const name = str(u, 'name');
     await putUser(ctx, name, { tags: u.tags ?? '', ...pickPassword(u, ctx.access.directory.user(name) !== undefined) });

@@ -507,7 +507,14 @@ async function vhostPolicies(amqpUrl, httpBase) {
   show('GET /api/policies/cmp-w', await json('GET', '/api/policies/cmp-w'));
   const wq = await queueWithStats('/api/queues/cmp-w/cmp-wq');
   out.push(`GET /api/queues/cmp-w/cmp-wq: ${wq.status} policy ${wq.json?.policy}`);
+  // An AMQP connection open in cmp-w when it is deleted.
+  show('PUT /api/permissions/cmp-w/guest', await json('PUT', '/api/permissions/cmp-w/guest', { configure: '.*', write: '.*', read: '.*' }));
+  const wc = await amqp.connect(`${amqpUrl}/cmp-w`);
+  wc.on('error', () => undefined);
+  const wclosed = new Promise((resolve) => wc.on('close', (e) => resolve(e?.message ?? 'closed without an error')));
   show('DELETE /api/vhosts/cmp-w', await json('DELETE', '/api/vhosts/cmp-w'));
+  out.push(`amqplib connection in cmp-w: ${await Promise.race([wclosed, new Promise((r) => setTimeout(() => r('still open after 5 s'), 5000))])}`);
+  await wc.close().catch(() => undefined);
   show('DELETE /api/vhosts/cmp-w again', await json('DELETE', '/api/vhosts/cmp-w'));
   show('GET /api/vhosts/cmp-w after', await json('GET', '/api/vhosts/cmp-w'));
   show('GET /api/queues/cmp-w/cmp-wq after', await json('GET', '/api/queues/cmp-w/cmp-wq'));
