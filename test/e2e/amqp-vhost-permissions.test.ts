@@ -302,12 +302,12 @@ describe('e2e: AMQP per-vhost permissions (RabbitMQ set_permissions, vhost = nam
       ],
       topic_permissions: [{ user: 'bob', vhost: 't1', exchange: 'amq.topic', write: '^bob\\.', read: '^bob\\.' }],
     };
-    // A vhost no namespace has, for a vhost or a queue, refuses the whole file before anything changes.
-    const bad = await rabbit('POST', '/api/definitions', { ...imported, vhosts: [{ name: 'nope' }] });
+    // A vhost name no namespace may have (`vhosts` are made: namespaces-amqp-definitions), or a queue naming a vhost
+    // that neither exists nor is in `vhosts`, refuses the whole file before anything changes.
+    const bad = await rabbit('POST', '/api/definitions', { ...imported, vhosts: [{ name: 'no pe' }] });
     assert.equal(bad.status, 400);
-    assert.deepEqual(bad.json, { error: 'bad_request', reason: ['no_such_vhost', 'nope'] });
     const badQueue = await rabbit('POST', '/api/definitions', { ...imported, queues: [{ name: 'q', vhost: 'nope', durable: true }] });
-    assert.equal(badQueue.status, 400);
+    assert.deepEqual([badQueue.status, badQueue.json], [400, { error: 'bad_request', reason: ['no_such_vhost', 'nope'] }]);
     assert.equal((await rabbit('GET', '/api/permissions/t1/bob')).status, 404);
     assert.match(await pikaOpen('bob', 't1'), /530.*NOT_ALLOWED - access to vhost 't1' refused for user 'bob'/);
     assert.equal((await rabbit('POST', '/api/definitions', imported)).status, 204);
@@ -372,5 +372,66 @@ describe('e2e: AMQP per-vhost permissions (RabbitMQ set_permissions, vhost = nam
     // ann's own vhost is untouched.
     assert.equal((await rabbit('GET', '/api/permissions/t1/ann')).status, 200);
     assert.equal(await pikaOpen('ann', 't1'), 'opened');
+  });
+
+  test("deleting a namespace (admin API) deletes its guests' permissions, its policies, queues and streams; made again, it is empty", async () => {
+    assert.equal((await rabbit('PUT', '/api/vhosts/t5')).status, 201);
+    assert.equal((await rabbit('PUT', '/api/vhosts/t5', { description: 'fifth' })).status, 204);
+    assert.equal((await rabbit('GET', '/api/vhosts/t5')).json.description, 'fifth');
+    // ann (of t1) is a guest of t5, with a topic permission there; t5 has a policy, a classic queue and a stream queue.
+    assert.equal((await rabbit('PUT', '/api/permissions/t5/ann', { configure: '.*', write: '.*', read: '.*' })).status, 201);
+    assert.equal((await rabbit('PUT', '/api/topic-permissions/t5/ann', { exchange: 'amq.topic', write: '^a', read: '^a' })).status, 201);
+    assert.equal((await rabbit('PUT', '/api/policies/t5/t5-cap', { pattern: '^g', definition: { 'max-length': 5 } })).status, 201);
+    const ann = await connect('ann', 't5');
+    const closed = new Promise<string>((resolve) => ann.on('close', (e?: Error) => resolve(e?.message ?? 'closed without an error')));
+    assert.equal(await attempt(ann, (ch) => ch.assertQueue('gq', { durable: true })), null);
+    assert.equal(await attempt(ann, (ch) => ch.assertQueue('gs', { durable: true, arguments: { 'x-queue-type': 'stream' } })), null);
+    assert.equal((await rabbit('GET', '/api/queues/t5/gq')).json.policy, 't5-cap');
+    assert.equal((await rabbit('GET', '/api/queues/t5/gs')).status, 200);
+
+    // Before: 400 "namespace t5 still has 12 policy(ies) scoped to it" (ann's permission policies).
+    const del = await http(adminApi, 'DELETE', '/api/v1/namespaces/t5');
+    assert.equal(del.status, 204, JSON.stringify(del.json));
+    assert.equal((await http(adminApi, 'GET', '/api/v1/namespaces/t5')).status, 404);
+    // ann's connection in t5 is closed with RabbitMQ's text for a deleted vhost.
+    assert.match(await closed, /320 \(CONNECTION-FORCED\) with message "CONNECTION_FORCED - vhost 't5' is deleted"/);
+    assert.ok(!(await rabbit('GET', '/api/permissions')).json.some((p: Json) => p.vhost === 't5'));
+    assert.ok(!(await rabbit('GET', '/api/topic-permissions')).json.some((p: Json) => p.vhost === 't5'));
+    assert.ok(!(await rabbit('GET', '/api/policies')).json.some((p: Json) => p.vhost === 't5'));
+    assert.ok(!(await http(adminApi, 'GET', '/api/v1/policies?limit=1000')).json.items.some((p: Json) => p.namespace === 't5'));
+    assert.match(await pikaOpen('ann', 't5'), /530.*NOT_ALLOWED - vhost t5 not found/);
+    // ann's own vhost and permission are untouched.
+    assert.equal((await rabbit('GET', '/api/permissions/t1/ann')).status, 200);
+
+    // Made again under the same name: nothing of the deleted one applies to it.
+    assert.equal((await http(adminApi, 'POST', '/api/v1/namespaces', { name: 't5' })).status, 201);
+    assert.match(await pikaOpen('ann', 't5'), /530.*NOT_ALLOWED - access to vhost 't5' refused for user 'ann'/);
+    assert.equal((await rabbit('GET', '/api/queues/t5/gq')).status, 404);
+    assert.equal((await rabbit('GET', '/api/queues/t5/gs')).status, 404);
+    assert.deepEqual((await rabbit('GET', '/api/policies/t5')).json, []);
+    assert.deepEqual((await rabbit('GET', '/api/vhosts/t5/permissions')).json, []);
+  });
+
+  test('PUT and DELETE /api/vhosts/{vhost} (rabbitmqadmin declare/delete vhost): administrators only, RabbitMQ answers', async () => {
+    assert.equal((await rabbit('PUT', '/api/vhosts/t6')).status, 201);
+    // As RabbitMQ, its maker (root) gets every permission in it.
+    assert.deepEqual((await rabbit('GET', '/api/vhosts/t6/permissions')).json, [{ vhost: 't6', user: 'root', configure: '.*', write: '.*', read: '.*' }]);
+    assert.equal((await rabbit('PUT', '/api/permissions/t6/bob', { configure: '.*', write: '.*', read: '.*' })).status, 201);
+    assert.equal(await pikaOpen('bob', 't6'), 'opened');
+    // Not an administrator: RabbitMQ's 401.
+    assert.equal((await http(mgmt, 'DELETE', '/api/vhosts/t6', undefined, 'ann')).status, 401);
+    assert.equal((await http(mgmt, 'PUT', '/api/vhosts/t7', undefined, 'ann')).status, 401);
+    assert.equal((await rabbit('DELETE', '/api/vhosts/t6')).status, 204);
+    assert.deepEqual(await rabbit('DELETE', '/api/vhosts/t6'), { status: 404, json: { error: 'Object Not Found', reason: 'Not Found' } });
+    assert.equal((await rabbit('GET', '/api/vhosts/t6')).status, 404);
+    assert.ok(!(await rabbit('GET', '/api/permissions')).json.some((p: Json) => p.vhost === 't6'));
+    assert.match(await pikaOpen('bob', 't6'), /530.*NOT_ALLOWED - vhost t6 not found/);
+    // `/` is `default`, which is never deleted; t1 is ann's and cat's home; a name no namespace may have.
+    const root = await rabbit('DELETE', '/api/vhosts/%2F');
+    assert.deepEqual([root.status, root.json.error], [400, 'bad_request']);
+    const home = await rabbit('DELETE', '/api/vhosts/t1');
+    assert.deepEqual([home.status, home.json.reason], [400, 'namespace "t1" still has 2 user(s)']);
+    assert.equal((await rabbit('PUT', '/api/vhosts/a%20b')).status, 400);
+    assert.equal((await rabbit('PUT', '/api/vhosts/%2F')).status, 204);
   });
 });

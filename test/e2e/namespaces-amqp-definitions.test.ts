@@ -211,13 +211,127 @@ describe('e2e: RabbitMQ definitions per vhost (namespace)', { timeout: 60_000 },
     ann.publish('orders-x', 'ann', Buffer.from('t1-bound'));
     await until(async () => assert.equal((await ann.checkQueue('ann-q')).messageCount, 1));
     assert.equal(await passive('bob', 't2', 'ann-q'), '404 NOT-FOUND');
-    // A policy is "/"'s only: refused for t1 before anything changes.
+    // Policies and operator policies go into the path's vhost too (before: 400, "/"'s only); `vhosts` is not looked at.
     const pol = await http('ann', 'POST', '/api/definitions/t1', {
+      vhosts: [{ name: 'ann-new' }],
       queues: [{ name: 'ann-q2', durable: true }],
-      policies: [{ name: 'p', pattern: '.*', definition: { 'max-length': 1 } }],
+      policies: [{ vhost: 't2', name: 'ann-p', pattern: '^ann-q2$', definition: { 'max-length': 1 } }],
+      parameters: [{ vhost: 't2', component: 'operator_policy', name: 'ann-op', value: { pattern: '^ann-q2$', definition: { 'message-ttl': 60000 } } }],
     });
-    assert.equal(pol.status, 400);
-    assert.equal((await http('root', 'GET', '/api/queues/t1/ann-q2')).status, 404);
+    assert.equal(pol.status, 204);
+    const q2 = (await http('root', 'GET', '/api/queues/t1/ann-q2')).json;
+    assert.deepEqual([q2.policy, q2.operator_policy, q2.effective_policy_definition], ['ann-p', 'ann-op', { 'max-length': 1, 'message-ttl': 60000 }]);
+    assert.deepEqual(
+      (await http('root', 'GET', '/api/policies')).json.map((p: Json) => `${p.vhost}|${p.name}`),
+      ['t1|ann-p'],
+    );
+    assert.equal((await http('root', 'GET', '/api/vhosts/ann-new')).status, 404);
+  });
+
+  test("policies per vhost: each applies to its own vhost's queues (amqplib), listed per vhost; ann manages t1's only", async () => {
+    // The same name and pattern in t2 and t1, none in `/`; t1's dead-letters what max-length drops to t1's lim-dead.
+    const cap = (n: number, more: Json = {}) => ({ pattern: '^lim-q$', 'apply-to': 'queues', priority: 1, definition: { 'max-length': n, ...more } });
+    assert.equal((await http('root', 'PUT', '/api/policies/t2/cap', cap(3))).status, 201);
+    assert.equal(
+      (await http('ann', 'PUT', '/api/policies/%2F/cap', cap(2, { 'dead-letter-exchange': '', 'dead-letter-routing-key': 'lim-dead' }))).status,
+      201,
+    );
+    assert.equal((await http('ann', 'PUT', '/api/policies/t1/cap', cap(2, { 'dead-letter-exchange': '', 'dead-letter-routing-key': 'lim-dead' }))).status, 204);
+    assert.deepEqual((await http('root', 'GET', '/api/policies/t1/cap')).json, {
+      vhost: 't1',
+      name: 'cap',
+      pattern: '^lim-q$',
+      'apply-to': 'queues',
+      definition: { 'max-length': 2, 'dead-letter-exchange': '', 'dead-letter-routing-key': 'lim-dead' },
+      priority: 1,
+    });
+    assert.deepEqual(
+      (await http('root', 'GET', '/api/policies/t2')).json.map((p: Json) => `${p.vhost}|${p.name}|${p.definition['max-length']}`),
+      ['t2|cap|3'],
+    );
+    assert.deepEqual((await http('root', 'GET', '/api/policies/%2F')).json, []);
+    // ann (t1's administrator) lists and changes t1's only; t2 is a vhost she does not have; bob has no right to policies.
+    assert.deepEqual((await http('ann', 'GET', '/api/policies')).json.map((p: Json) => `${p.vhost}|${p.name}`).sort(), ['t1|ann-p', 't1|cap']);
+    assert.deepEqual(await http('ann', 'GET', '/api/policies/t2'), {
+      status: 404,
+      text: '{"error":"Object Not Found","reason":"Not Found"}',
+      json: { error: 'Object Not Found', reason: 'Not Found' },
+    });
+    const put = await http('ann', 'PUT', '/api/policies/t2/x', cap(9));
+    assert.deepEqual([put.status, put.json], [404, { error: 'not_found', reason: 'vhost_not_found' }]);
+    assert.equal((await http('ann', 'DELETE', '/api/policies/t2/cap')).status, 404);
+    assert.equal((await http('bob', 'GET', '/api/policies')).status, 401);
+    assert.equal((await http('bob', 'PUT', '/api/policies/t2/x', cap(9))).status, 401);
+    // RabbitMQ's answers for a vhost nobody has (Debian's rabbitmq-server 3.10.8: GET and DELETE 404, PUT vhost_not_found).
+    assert.equal((await http('root', 'GET', '/api/policies/nope')).status, 404);
+    assert.deepEqual((await http('root', 'PUT', '/api/operator-policies/nope/x', cap(1))).json, { error: 'not_found', reason: 'vhost_not_found' });
+
+    // Four messages into each vhost's lim-q: t1 keeps 2 (its 2 oldest dead-lettered into t1's lim-dead), t2 keeps 3, `/` all 4.
+    const counts: Record<string, number[]> = {};
+    for (const [user, vhost] of [
+      ['ann', 't1'],
+      ['bob', 't2'],
+      ['root', '/'],
+    ] as const) {
+      const c = await amqp.connect(`amqp://${user}:${user}-pw@127.0.0.1:${amqpPort}/${encodeURIComponent(vhost)}?heartbeat=0`);
+      conns.push(c);
+      const ch = await c.createConfirmChannel();
+      await ch.assertQueue('lim-dead', { durable: true });
+      await ch.assertQueue('lim-q', { durable: true });
+      for (let i = 0; i < 4; i++) ch.sendToQueue('lim-q', Buffer.from(`m${i}`));
+      await ch.waitForConfirms();
+      await until(async () => {
+        counts[vhost] = [(await ch.checkQueue('lim-q')).messageCount, (await ch.checkQueue('lim-dead')).messageCount];
+        assert.deepEqual(counts[vhost], vhost === 't1' ? [2, 2] : vhost === 't2' ? [3, 0] : [4, 0]);
+      });
+    }
+    assert.equal((await http('root', 'GET', '/api/queues/t2/lim-q')).json.policy, 'cap');
+    assert.equal((await http('root', 'GET', '/api/queues/%2F/lim-q')).json.policy, null);
+    // Deleted in t2: t1's stays.
+    assert.equal((await http('root', 'DELETE', '/api/policies/t2/cap')).status, 204);
+    assert.equal((await http('root', 'GET', '/api/queues/t2/lim-q')).json.policy, null);
+    assert.equal((await http('root', 'GET', '/api/queues/t1/lim-q')).json.policy, 'cap');
+  });
+
+  test("definitions carry each vhost's policies; the whole import makes the namespaces its `vhosts` name", async () => {
+    const whole = (await http('root', 'GET', '/api/definitions')).json;
+    assert.deepEqual((whole.policies as Json[]).map((p) => `${p.vhost}|${p.name}`).sort(), ['t1|ann-p', 't1|cap']);
+    assert.deepEqual(
+      (whole.parameters as Json[]).map((p) => `${p.vhost}|${p.component}|${p.name}`),
+      ['t1|operator_policy|ann-op'],
+    );
+    // RabbitMQ 3.10 keeps the vhost field of policies and parameters in a per-vhost document.
+    const t1 = (await http('ann', 'GET', '/api/definitions/%2F')).json;
+    assert.deepEqual((t1.policies as Json[]).map((p) => `${p.vhost}|${p.name}`).sort(), ['t1|ann-p', 't1|cap']);
+    assert.deepEqual((await http('root', 'GET', '/api/definitions/t2')).json.policies, []);
+
+    // A new vhost t3 with a policy, a queue and a permission for bob (a guest from t2), all from one file.
+    const doc = {
+      vhosts: [{ name: '/' }, { name: 't1' }, { name: 't3', description: 'imported' }],
+      permissions: [{ user: 'bob', vhost: 't3', configure: '.*', write: '.*', read: '.*' }],
+      policies: [{ vhost: 't3', name: 'small', pattern: '^in3$', 'apply-to': 'queues', definition: { 'max-length': 1 }, priority: 0 }],
+      queues: [{ name: 'in3', vhost: 't3', durable: true, auto_delete: false, arguments: {} }],
+    };
+    // ann, a namespace administrator, may not import the whole document (RabbitMQ: administrators only).
+    assert.equal((await http('ann', 'POST', '/api/definitions', doc)).status, 401);
+    assert.equal((await http('root', 'GET', '/api/vhosts/t3')).status, 404);
+    assert.equal((await http('root', 'POST', '/api/definitions', doc)).status, 204);
+    const v = (await http('root', 'GET', '/api/vhosts/t3')).json;
+    assert.deepEqual([v.name, v.description], ['t3', 'imported']);
+    // The importer (root) got every permission in the vhost it made, as in RabbitMQ; bob the file's.
+    assert.deepEqual(
+      (await http('root', 'GET', '/api/vhosts/t3/permissions')).json.map((p: Json) => `${p.user}|${p.configure}`),
+      ['bob|.*', 'root|.*'],
+    );
+    assert.deepEqual(
+      (await http('root', 'GET', '/api/definitions')).json.vhosts.map((x: Json) => x.name),
+      ['/', 't1', 't2', 't3'],
+    );
+    const bob = await open('bob', 't3');
+    for (let i = 0; i < 3; i++) bob.sendToQueue('in3', Buffer.from(`m${i}`));
+    await until(async () => assert.equal((await bob.checkQueue('in3')).messageCount, 1));
+    assert.equal((await http('root', 'GET', '/api/queues/t3/in3')).json.policy, 'small');
+    assert.equal(await passive('bob', 't2', 'in3'), '404 NOT-FOUND');
   });
 
   test("the whole export imported back re-creates a deleted vhost's queue and binding in its vhost", async () => {

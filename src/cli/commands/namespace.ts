@@ -174,7 +174,7 @@ export const namespaceCommand: CommandGroup = {
     },
     delete: {
       usage: 'NAME',
-      summary: 'delete a namespace (no user may belong to it)',
+      summary: 'delete a namespace (no user may belong to it) with its queues, exchanges, streams and policies',
       args: [1, 1],
       async run(ctx) {
         const name = ctx.positionals[0];

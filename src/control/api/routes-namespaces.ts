@@ -9,6 +9,7 @@ import { FlowError, type ExportConfig, type ImportConfig } from '../../core/inde
 /** NATS account exports or imports (src/core/links-config.ts validates them; an invalid one is 400). */
 const LINKS = { type: 'array', maxItems: 1024, items: { type: 'object' } } as const;
 import type { NamespaceDef } from '../directory.js';
+import { removeNamespace } from '../namespace-removal.js';
 import { NAME_PARAM, PAGE_QUERY, administers, authorizeAdmin, authorizeAdminOf, authorizeSomeAdmin, notFound, paginate } from './common.js';
 import type { ApiContext } from './types.js';
 import { iso, QUOTAS } from './identity-common.js';
@@ -176,10 +177,17 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
 
   app.delete<{ Params: { name: string } }>(
     '/api/v1/namespaces/:name',
-    { schema: { tags: ['namespaces'], summary: 'Delete a namespace without users', params: NAME_PARAM } },
+    {
+      schema: {
+        tags: ['namespaces'],
+        summary: 'Delete a namespace without users, with its queues, exchanges, streams and the policies scoped to it',
+        params: NAME_PARAM,
+      },
+    },
     async (req, reply) => {
       authorizeAdmin(access, req);
-      await dir.deleteNamespace(req.params.name);
+      const gone = await removeNamespace(access, ctx.engine, req.params.name);
+      ctx.logger.info({ namespace: req.params.name, ...gone, by: req.auth?.principal.user ?? null }, 'namespace deleted');
       return reply.code(204).send();
     },
   );

@@ -11,9 +11,13 @@
  * bindings; a binding whose source or destination is missing is skipped (RabbitMQ answers 204 then too). Queues,
  * exchanges and bindings are every vhost's (a vhost is a namespace): exported with their vhost and the names its
  * clients use, imported into the vhost they name with the names qualified as the write routes and the AMQP channel
- * qualify them (core vhosts.ts). What FlowMQ cannot hold is refused before anything changes (400): a vhost no
- * namespace has or the caller may not see (`vhosts` lists every one; import makes none), policies of a vhost other
- * than "/", runtime parameters other than operator policies (federation upstreams, shovels).
+ * qualify them (core vhosts.ts). Policies and operator policies are per vhost too (policy-store.ts), exported with
+ * their `vhost` field (a per-vhost document's too, as RabbitMQ). The whole document's import makes the namespaces its
+ * `vhosts` name that do not exist yet, before anything else, their importer getting every permission there as in
+ * RabbitMQ (the route is a broker administrator's; a name no namespace may have is 400); the per-vhost import ignores `vhosts`, as RabbitMQ. What FlowMQ cannot hold is
+ * refused before anything changes (400): an object, permission or policy naming a vhost that neither exists nor is
+ * made by the document, or one the caller may not see; runtime parameters other than operator policies (federation
+ * upstreams, shovels).
  * Permissions and topic permissions are per vhost (permissions.ts), in any namespace's. Topic permissions are imported after the permissions;
  * stream queues (x-queue-type stream) are made as AMQP's queue.declare makes them (src/protocols/amqp/admin.ts). Global parameters (cluster_name,
  * internal_cluster_id) are RabbitMQ's own and are ignored. A user FlowMQ holds no RabbitMQ hash of is exported with an
@@ -39,6 +43,8 @@ import { parsePolicy, policyJson, type PolicyKind } from './policy-store.js';
 import { checkName, checkTopicKey, queueArguments, vhostQueueArgs } from './routes-write.js';
 import { listTopicPermissions, putTopicPermission, topicPermissionBody } from './topic-permissions.js';
 import { homeOf, namespaceOfLabel, namespaceOfVhost } from './vhost-labels.js';
+import { validateName } from '../directory.js';
+import { grantCreator } from './vhosts.js';
 
 type Doc = Record<string, unknown>;
 
@@ -56,24 +62,20 @@ export function exportDefinitions(ctx: RabbitContext, req: FastifyRequest, only:
   const seen = (label: string): boolean => (only !== null ? label === only : ctx.sees(req, label));
   /** RabbitMQ's object with its vhost field (the whole document) or without (per vhost). */
   const vh = (o: Doc, label: string): Doc => (only !== null ? o : { ...o, vhost: label });
-  // Policies and operator policies are "/"'s only (policy-store.ts): a per-vhost document of another vhost has none.
-  const policiesHere = only === null ? ctx.sees(req, VHOST) : only === VHOST;
-  const operator = (policiesHere ? ctx.policies.list('operator') : []).map((p) => {
-    const { vhost: _v, name, ...value } = policyJson(p);
-    return vh(
-      {
-        value: { pattern: value.pattern, definition: value.definition, priority: value.priority, 'apply-to': value['apply-to'] },
-        component: 'operator_policy',
-        name,
-      },
-      VHOST,
-    );
+  // Policies and operator policies (parameters of component operator_policy) of every vhost shown, each with its vhost
+  // (RabbitMQ 3.10 keeps their vhost fields in a per-vhost document too).
+  const policiesOf = (kind: PolicyKind) =>
+    ctx.policies.list(kind, only === null ? undefined : namespaceOfLabel(only)).filter((p) => seen(vhostOfNamespace(p.namespace)));
+  const operator = policiesOf('operator').map((p) => {
+    const { vhost, name, ...value } = policyJson(p);
+    return {
+      value: { pattern: value.pattern, definition: value.definition, priority: value.priority, 'apply-to': value['apply-to'] },
+      vhost,
+      component: 'operator_policy',
+      name,
+    };
   });
-  const policies = (policiesHere ? ctx.policies.list('policy') : []).map((p) => {
-    const j = policyJson(p);
-    if (only !== null) delete j.vhost;
-    return j;
-  });
+  const policies = policiesOf('policy').map(policyJson);
   // Stream queues and super-stream partition queues (durable, never exclusive) with their x-queue-type, as RabbitMQ.
   const allStreams = ctx.amqp()?.streamQueues() ?? [];
   const queues = [
@@ -163,29 +165,38 @@ export async function importDefinitions(ctx: RabbitContext, req: FastifyRequest,
   const d = doc as Doc;
   const { engine } = ctx;
   // Refuse what FlowMQ cannot hold before changing anything.
-  // A vhost is a namespace (vhost-labels.ts): `vhosts`, permissions and topic permissions may name any that exists
-  // (importing does not make namespaces); queues, exchanges and bindings any the caller sees; policies "/" only.
+  // A vhost is a namespace (vhost-labels.ts). The whole document's `vhosts` that no namespace has yet are made first
+  // (the route is a broker administrator's, as making a namespace is); permissions, topic permissions and policies
+  // may name any vhost that exists or is made; queues, exchanges and bindings any the caller sees.
+  const whole = only === null;
+  const made = new Map<string, string | undefined>();
+  if (whole)
+    for (const o of list(d, 'vhosts')) {
+      const name = str(o, 'name');
+      if (namespaceOfVhost(ctx, name) !== null || made.has(name)) continue;
+      try {
+        validateName('namespace', name);
+      } catch (e) {
+        throw badRequest(`vhost ${JSON.stringify(name)}: ${(e as Error).message} (a vhost is a FlowMQ namespace)`);
+      }
+      const meta = o.metadata;
+      const description = o.description ?? (typeof meta === 'object' && meta !== null ? (meta as Doc).description : undefined);
+      made.set(name, typeof description === 'string' ? description : undefined);
+    }
   const unknown = (v: unknown) => noSuchVhost(String(v));
   const known = (v: unknown): string => {
+    if (typeof v === 'string' && made.has(v)) return v;
     const ns = typeof v === 'string' ? namespaceOfVhost(ctx, v) : null;
     if (ns === null) throw unknown(v);
     return vhostOfNamespace(ns);
   };
-  /** The vhost of a queue, exchange or binding: the path's, else its own field's, if the caller may see it. */
+  /** The vhost of a queue, exchange, binding or policy: the path's, else its own field's, if the caller may see it. */
   const objectVhost = (o: Doc): NamespaceNames => {
     if (only !== null) return namespaceNames(namespaceOfLabel(only));
     const label = known(o.vhost ?? VHOST);
-    if (!ctx.sees(req, label)) throw unknown(o.vhost);
+    if (!made.has(label) && !ctx.sees(req, label)) throw unknown(o.vhost);
     return namespaceNames(namespaceOfLabel(label));
   };
-  const whole = only === null;
-  if (whole) for (const o of list(d, 'vhosts')) known(o.name);
-  for (const key of ['parameters', 'policies']) {
-    for (const o of list(d, key)) {
-      const v = only ?? o.vhost ?? VHOST;
-      if (v !== VHOST) throw badRequest(`no_such_vhost: ${String(v)} (FlowMQ imports ${key} into "/" only)`);
-    }
-  }
   const permissions = !whole
     ? []
     : list(d, 'permissions').map((p) => ({
@@ -233,12 +244,16 @@ export async function importDefinitions(ctx: RabbitContext, req: FastifyRequest,
   const params = list(d, 'parameters');
   for (const p of params)
     if (p.component !== 'operator_policy') throw badRequest(`runtime parameters of component ${String(p.component)} are not supported by FlowMQ`);
-  const policyBodies: Array<[PolicyKind, string, Doc]> = [
-    ...list(d, 'policies').map((p): [PolicyKind, string, Doc] => ['policy', str(p, 'name'), p]),
-    ...params.map((p): [PolicyKind, string, Doc] => ['operator', str(p, 'name'), obj(p, 'value')]),
+  const policyBodies: Array<[PolicyKind, string, string, Doc]> = [
+    ...list(d, 'policies').map((p): [PolicyKind, string, string, Doc] => ['policy', objectVhost(p).namespace, str(p, 'name'), p]),
+    ...params.map((p): [PolicyKind, string, string, Doc] => ['operator', objectVhost(p).namespace, str(p, 'name'), obj(p, 'value')]),
   ];
-  const parsed = policyBodies.map(([kind, name, body]) => [kind, parsePolicy(kind, name, body)] as const);
+  const parsed = policyBodies.map(([kind, ns, name, body]) => [kind, parsePolicy(kind, ns, name, body)] as const);
 
+  for (const [name, description] of made) {
+    await ctx.access.directory.putNamespace({ name, ...(description !== undefined ? { description } : {}) });
+    await grantCreator(ctx, req, name);
+  }
   for (const u of users) {
     const name = str(u, 'name');
     await putUser(ctx, name, { tags: u.tags ?? '', ...pickPassword(u, ctx.access.directory.user(name) !== undefined) });

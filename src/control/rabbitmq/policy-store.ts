@@ -1,11 +1,13 @@
 /**
  * RabbitMQ policies and operator policies (`/api/policies`, `/api/operator-policies`): a regular expression over queue
- * (and exchange) names, what it applies to, a priority and a definition. Kept in the control store (kind
- * `rabbitmq-policy`, so every broker sharing it sees them) and applied to the routing core's queues as RabbitMQ 3.10
- * applies them to classic queues:
+ * (and exchange) names, what it applies to, a priority and a definition, in one vhost (a vhost is a namespace,
+ * docs/namespaces.md). Kept in the control store (kind `rabbitmq-policy`, so every broker sharing it sees them; named
+ * `<kind>:<name>` in `/`, `<kind>/<namespace>/<name>` in another vhost: a namespace name holds no `/`) and applied to
+ * the routing core's queues as RabbitMQ 3.10 applies them to classic queues:
  *
- * - the policy that applies to a queue is the matching one (pattern searched in the name, apply-to `queues` or `all`)
- *   of highest priority (ties: the first name); likewise one operator policy;
+ * - the policy that applies to a queue is the matching one of the queue's own vhost (pattern searched in the name its
+ *   clients write, `orders` for t1's `$ns/t1/orders`; apply-to `queues` or `all`) of highest priority (ties: the
+ *   first name); likewise one operator policy; another vhost's policies never apply to it;
  * - their definitions merge into the effective policy definition: a key of both takes the smaller value (operator
  *   policies may only hold numeric limits: expires, message-ttl, max-length, max-length-bytes, delivery-limit);
  * - a queue argument of the same key wins over the policy for dead-letter-exchange, dead-letter-routing-key, overflow
@@ -18,14 +20,17 @@
  * `queue-mode` is among them (FlowMQ keeps a bounded window of every queue in memory and the rest on disk: every queue
  * is "lazy" past its window). Unknown keys are refused as RabbitMQ refuses them (400).
  */
-import type { QueueArguments, QueueDef, QueueOverflow } from '../../core/index.js';
+import { vhostExchange, vhostKey, type QueueArguments, type QueueDef, type QueueOverflow, type Router } from '../../core/index.js';
+import { DEFAULT_NAMESPACE, namespaceNames, splitName } from '../../core/namespaces.js';
 import type { ControlStore } from '../../storage/metastore/control-store.js';
 import { RabbitError, badRequest } from './errors.js';
-import { VHOST } from './format.js';
+import { vhostOfNamespace } from './format.js';
 
 export type PolicyKind = 'policy' | 'operator';
 
 export interface RabbitPolicy {
+  /** The namespace of its vhost (`default` for `/`). */
+  readonly namespace: string;
   readonly name: string;
   readonly pattern: string;
   readonly applyTo: 'queues' | 'exchanges' | 'all';
@@ -85,15 +90,13 @@ const STORED: Record<string, (v: unknown) => void> = {
 };
 /** What an operator policy may hold (RabbitMQ 3.10). */
 const OPERATOR_KEYS = new Set(['expires', 'message-ttl', 'max-length', 'max-length-bytes', 'delivery-limit', 'max-in-memory-length', 'max-in-memory-bytes']);
-/** Keys whose queue argument wins over the policy; the others take the smaller of the two. */
-const ARGUMENT_WINS = new Set(['dead-letter-exchange', 'dead-letter-routing-key', 'overflow', 'queue-mode']);
 
 function invalid(reason: string): RabbitError {
   return new RabbitError(400, 'bad_request', `Validation failed\n\n${reason}\n`);
 }
 
 /** Validates a policy body as RabbitMQ does (400 with its reasons); answers the policy. */
-export function parsePolicy(kind: PolicyKind, name: string, b: Record<string, unknown> | undefined): RabbitPolicy {
+export function parsePolicy(kind: PolicyKind, namespace: string, name: string, b: Record<string, unknown> | undefined): RabbitPolicy {
   const body = b ?? {};
   const missing = ['pattern', 'definition'].filter((k) => body[k] === undefined);
   if (missing.length > 0) throw badRequest(`[${missing.map((k) => `{key_missing,${k}}`).join(',')}]`);
@@ -117,14 +120,16 @@ export function parsePolicy(kind: PolicyKind, name: string, b: Record<string, un
   const unknown = Object.keys(def).filter((k) => (kind === 'operator' ? !OPERATOR_KEYS.has(k) : ACTING[k] === undefined && STORED[k] === undefined));
   if (unknown.length > 0) throw invalid(`${unknown.map((k) => JSON.stringify(k)).join(', ')} are not recognised policy settings`);
   for (const [k, v] of Object.entries(def)) (ACTING[k] ?? STORED[k])(v);
-  return { name, pattern, applyTo, priority, definition: { ...def } };
+  return { namespace, name, pattern, applyTo, priority, definition: { ...def } };
 }
 
 export function policyJson(p: RabbitPolicy): Record<string, unknown> {
-  return { vhost: VHOST, name: p.name, pattern: p.pattern, 'apply-to': p.applyTo, definition: p.definition, priority: p.priority };
+  return { vhost: vhostOfNamespace(p.namespace), name: p.name, pattern: p.pattern, 'apply-to': p.applyTo, definition: p.definition, priority: p.priority };
 }
 
-const docName = (kind: PolicyKind, name: string) => `${kind}:${name}`;
+/** The store's name of a policy: `/`'s keep the name they had before vhosts had policies. */
+const docName = (kind: PolicyKind, namespace: string, name: string) => (namespace === DEFAULT_NAMESPACE ? `${kind}:${name}` : `${kind}/${namespace}/${name}`);
+const cmp = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 
 /** The policies of the control store, compiled, and what they make of a queue. */
 export class RabbitPolicies {
@@ -133,20 +138,24 @@ export class RabbitPolicies {
   constructor(
     private readonly store: ControlStore,
     private readonly changed: () => void,
+    /** The exchanges a vhost policy's dead-letter-exchange may name (its vhost's amq.direct... when it has them). */
+    private readonly router: Pick<Router, 'getExchange'>,
   ) {}
 
-  list(kind: PolicyKind): RabbitPolicy[] {
-    return this.lists[kind].map(({ regex: _r, ...p }) => p);
+  /** The policies of one vhost (by namespace), or of every vhost, in RabbitMQ's order (highest priority first). */
+  list(kind: PolicyKind, namespace?: string): RabbitPolicy[] {
+    return this.lists[kind].filter((p) => namespace === undefined || p.namespace === namespace).map(({ regex: _r, ...p }) => p);
   }
 
-  get(kind: PolicyKind, name: string): RabbitPolicy | undefined {
-    return this.list(kind).find((p) => p.name === name);
+  get(kind: PolicyKind, namespace: string, name: string): RabbitPolicy | undefined {
+    return this.list(kind, namespace).find((p) => p.name === name);
   }
 
   async put(kind: PolicyKind, p: RabbitPolicy): Promise<boolean> {
-    const existed = this.get(kind, p.name) !== undefined;
-    await this.store.putControl('rabbitmq-policy', docName(kind, p.name), {
+    const existed = this.get(kind, p.namespace, p.name) !== undefined;
+    await this.store.putControl('rabbitmq-policy', docName(kind, p.namespace, p.name), {
       kind,
+      namespace: p.namespace,
       name: p.name,
       pattern: p.pattern,
       applyTo: p.applyTo,
@@ -158,11 +167,23 @@ export class RabbitPolicies {
     return !existed;
   }
 
-  async delete(kind: PolicyKind, name: string): Promise<boolean> {
-    const gone = await this.store.deleteControl('rabbitmq-policy', docName(kind, name));
+  async delete(kind: PolicyKind, namespace: string, name: string): Promise<boolean> {
+    const gone = await this.store.deleteControl('rabbitmq-policy', docName(kind, namespace, name));
     await this.reload();
     this.changed();
     return gone;
+  }
+
+  /** Deletes every policy and operator policy of a vhost (the vhost is deleted); how many there were. */
+  async deleteVhost(namespace: string): Promise<number> {
+    let n = 0;
+    for (const kind of ['policy', 'operator'] as const)
+      for (const p of this.list(kind, namespace)) if (await this.store.deleteControl('rabbitmq-policy', docName(kind, namespace, p.name))) n++;
+    if (n > 0) {
+      await this.reload();
+      this.changed();
+    }
+    return n;
   }
 
   /** Re-reads the store (after a change here, or another broker's). */
@@ -171,20 +192,33 @@ export class RabbitPolicies {
     for (const r of await this.store.listControl('rabbitmq-policy')) {
       const d = r.data;
       const kind = d.kind === 'operator' ? 'operator' : 'policy';
+      const namespace = typeof d.namespace === 'string' ? d.namespace : DEFAULT_NAMESPACE;
       try {
-        const p = parsePolicy(kind, String(d.name ?? r.name), { pattern: d.pattern, 'apply-to': d.applyTo, priority: d.priority, definition: d.definition });
+        const p = parsePolicy(kind, namespace, String(d.name ?? r.name), {
+          pattern: d.pattern,
+          'apply-to': d.applyTo,
+          priority: d.priority,
+          definition: d.definition,
+        });
         next[kind].push({ ...p, regex: new RegExp(p.pattern) });
       } catch {
         // A document this version cannot read applies to nothing.
       }
     }
-    for (const k of ['policy', 'operator'] as const) next[k].sort((a, b) => b.priority - a.priority || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    for (const k of ['policy', 'operator'] as const)
+      next[k].sort((a, b) => b.priority - a.priority || cmp(vhostOfNamespace(a.namespace), vhostOfNamespace(b.namespace)) || cmp(a.name, b.name));
     this.lists = next;
   }
 
-  /** The policy and operator policy that apply to a queue, and their merged definition. */
-  forQueue(name: string): { policy: RabbitPolicy | null; operator: RabbitPolicy | null; definition: Record<string, unknown> } {
-    const pick = (kind: PolicyKind) => this.lists[kind].find((p) => p.applyTo !== 'exchanges' && p.regex.test(name)) ?? null;
+  /**
+   * The policy and operator policy that apply to a queue (by its core name), and their merged definition: its own
+   * vhost's only, matched against the name the vhost's clients write.
+   */
+  forQueue(internal: string): { policy: RabbitPolicy | null; operator: RabbitPolicy | null; definition: Record<string, unknown> } {
+    const { namespace, name } = splitName(internal);
+    const pick = (kind: PolicyKind) =>
+      this.lists[kind].find((p) => p.namespace === namespace && p.applyTo !== 'exchanges' && p.regex.test(namespace === DEFAULT_NAMESPACE ? internal : name)) ??
+      null;
     const policy = pick('policy');
     const operator = pick('operator');
     const definition: Record<string, unknown> = { ...(policy?.definition ?? {}) };
@@ -197,8 +231,10 @@ export class RabbitPolicies {
 
   /** The arguments a queue acts on: its declared ones merged with the policy (the module comment's rules). */
   effectiveArguments(def: QueueDef): QueueArguments | null {
-    const { definition } = this.forQueue(def.name);
+    const { policy, operator, definition } = this.forQueue(def.name);
     if (Object.keys(definition).length === 0) return null;
+    // A vhost's policy names its own exchanges and keys, qualified as queue.declare's arguments in that vhost.
+    const ns = namespaceNames((policy ?? operator)?.namespace ?? DEFAULT_NAMESPACE);
     const out: QueueArguments = { ...def.arguments };
     const num = (key: string, field: 'messageTtlMs' | 'expiresMs' | 'maxLength' | 'maxLengthBytes' | 'deliveryLimit') => {
       const v = definition[key];
@@ -211,12 +247,11 @@ export class RabbitPolicies {
     num('max-length', 'maxLength');
     num('max-length-bytes', 'maxLengthBytes');
     num('delivery-limit', 'deliveryLimit');
-    const str = (key: string, field: 'deadLetterExchange' | 'deadLetterRoutingKey') => {
-      const v = definition[key];
-      if (typeof v === 'string' && out[field] === undefined && ARGUMENT_WINS.has(key)) out[field] = v;
-    };
-    str('dead-letter-exchange', 'deadLetterExchange');
-    str('dead-letter-routing-key', 'deadLetterRoutingKey');
+    const dlx = definition['dead-letter-exchange'];
+    if (typeof dlx === 'string' && out.deadLetterExchange === undefined) out.deadLetterExchange = vhostExchange(ns, this.router, dlx);
+    const dlk = definition['dead-letter-routing-key'];
+    if (typeof dlk === 'string' && out.deadLetterRoutingKey === undefined)
+      out.deadLetterRoutingKey = out.deadLetterExchange === undefined ? dlk : vhostKey(ns, out.deadLetterExchange, dlk);
     if (typeof definition.overflow === 'string' && out.overflow === undefined) out.overflow = definition.overflow as QueueOverflow;
     return out;
   }

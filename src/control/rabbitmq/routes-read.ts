@@ -349,7 +349,7 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
       ready += s.ready;
       unacked += s.unacked;
     }
-    const description = vhost === VHOST ? 'Default virtual host' : `Namespace ${vhost}`;
+    const description = vhost === VHOST ? 'Default virtual host' : (ctx.access.directory.namespace(vhost)?.description ?? `Namespace ${vhost}`);
     const r = vhost === VHOST ? 't' : `t.${vhost}`;
     return {
       cluster_state: { [ctx.node]: 'running' },

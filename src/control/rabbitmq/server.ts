@@ -36,6 +36,7 @@ import { topicPermissionRoutes } from './topic-permissions.js';
 import { policyRoutes } from './policies.js';
 import { RabbitPolicies } from './policy-store.js';
 import { definitionRoutes } from './definitions.js';
+import { vhostRoutes } from './vhosts.js';
 
 export type { RabbitManagementOptions } from './context.js';
 
@@ -79,10 +80,14 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
 
   // Policies apply to queues from now on; another broker's change (the directory reloads) is picked up too.
   const applyPolicies = () => opts.engine.setQueuePolicy((def) => policies.effectiveArguments(def));
-  const policies = new RabbitPolicies(access.directory.store, () => {
-    applyPolicies();
-    access.directory.announce?.();
-  });
+  const policies = new RabbitPolicies(
+    access.directory.store,
+    () => {
+      applyPolicies();
+      access.directory.announce?.();
+    },
+    opts.engine,
+  );
   await policies.reload();
   applyPolicies();
   const stopWatching = access.directory.onChange(() => {
@@ -225,6 +230,7 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
   topicPermissionRoutes(app, ctx);
   policyRoutes(app, ctx);
   definitionRoutes(app, ctx);
+  vhostRoutes(app, ctx);
 
   await app.listen({ host: opts.host, port: opts.port });
   hosts.setBound((app.server.address() as AddressInfo).address);

@@ -352,8 +352,9 @@ async function vhostDefinitions(amqpUrl, httpBase) {
     );
   const out = [];
   const show = (what, r) => out.push(`${what}: ${r.status} ${canon(r.json)}`);
+  // By name: RabbitMQ's order of a definitions list is its tables' (not stable from one run to the next).
   const mine = (doc) => ({
-    queues: (doc.queues ?? []).filter((q) => q.name.startsWith('cmp-d')),
+    queues: (doc.queues ?? []).filter((q) => q.name.startsWith('cmp-d')).sort((a, b) => (a.name < b.name ? -1 : 1)),
     exchanges: (doc.exchanges ?? []).filter((x) => x.name.startsWith('cmp-d')),
     bindings: (doc.bindings ?? []).filter((b) => b.source.startsWith('cmp-d')),
   });
@@ -402,6 +403,126 @@ async function vhostDefinitions(amqpUrl, httpBase) {
   } finally {
     await root.close().catch(() => undefined);
   }
+  return out;
+}
+
+/**
+ * Policies per vhost and vhosts made and deleted: a policy and an operator policy of vhost cmp-v (listed, read,
+ * exported per vhost), RabbitMQ's answers for a vhost nobody has, what amqplib sees of the policy in cmp-v (max-length
+ * 2 dead-lettering into cmp-v's cmp-vdead) and in `/` (none); a definitions file naming vhost cmp-w makes it with its
+ * policy and queue; DELETE /api/vhosts/cmp-w takes its policy with it. Every line must be the same on both.
+ */
+async function vhostPolicies(amqpUrl, httpBase) {
+  const json = (method, path, body) => get(httpBase, path, method, body);
+  const canon = (v) =>
+    JSON.stringify(v, (_k, x) =>
+      x && typeof x === 'object' && !Array.isArray(x) ? Object.fromEntries(Object.entries(x).sort(([a], [b]) => (a < b ? -1 : 1))) : x,
+    );
+  const out = [];
+  const show = (what, r) => out.push(`${what}: ${r.status} ${canon(r.json)}`);
+  // RabbitMQ shows a new queue's policy fields once its stats are collected (every 5 s): up to 12 s.
+  const queueWithStats = async (path) => {
+    let r = await json('GET', path);
+    for (let i = 0; i < 60 && r.status === 200 && r.json?.policy === undefined; i++) {
+      await new Promise((done) => setTimeout(done, 200));
+      r = await json('GET', path);
+    }
+    return r;
+  };
+  const sorted = (list) => [...(list ?? [])].sort((a, b) => (`${a.vhost}/${a.name}` < `${b.vhost}/${b.name}` ? -1 : 1));
+  const pol = {
+    pattern: '^cmp-vpq$',
+    'apply-to': 'queues',
+    priority: 1,
+    definition: { 'max-length': 2, 'dead-letter-exchange': '', 'dead-letter-routing-key': 'cmp-vdead' },
+  };
+  show('PUT /api/policies/cmp-v/cmp-vp', await json('PUT', '/api/policies/cmp-v/cmp-vp', pol));
+  show('PUT /api/policies/cmp-v/cmp-vp again', await json('PUT', '/api/policies/cmp-v/cmp-vp', pol));
+  show(
+    'PUT /api/operator-policies/cmp-v/cmp-vop',
+    await json('PUT', '/api/operator-policies/cmp-v/cmp-vop', { pattern: '^cmp-vpq$', definition: { 'message-ttl': 600000 } }),
+  );
+  show('GET /api/policies/cmp-v', await json('GET', '/api/policies/cmp-v'));
+  show('GET /api/policies/cmp-v/cmp-vp', await json('GET', '/api/policies/cmp-v/cmp-vp'));
+  show('GET /api/operator-policies/cmp-v', await json('GET', '/api/operator-policies/cmp-v'));
+  const all = await json('GET', '/api/policies');
+  show('GET /api/policies (cmp-v)', { status: all.status, json: sorted(all.json).filter((p) => p.vhost === 'cmp-v') });
+  for (const [method, path, body] of [
+    ['GET', '/api/policies/cmp-nope'],
+    ['GET', '/api/policies/cmp-nope/cmp-vp'],
+    ['PUT', '/api/policies/cmp-nope/cmp-vp', pol],
+    ['DELETE', '/api/policies/cmp-nope/cmp-vp'],
+    ['GET', '/api/operator-policies/cmp-nope'],
+    ['PUT', '/api/operator-policies/cmp-nope/cmp-vop', { pattern: '^x', definition: { 'max-length': 1 } }],
+    ['GET', '/api/policies/cmp-v/no-such-policy'],
+    ['DELETE', '/api/policies/cmp-v/no-such-policy'],
+  ])
+    show(`${method} ${path}`, await json(method, path, body));
+  const one = await json('GET', '/api/definitions/cmp-v');
+  show('GET /api/definitions/cmp-v (policies, parameters)', { status: one.status, json: { policies: one.json?.policies, parameters: one.json?.parameters } });
+
+  // Four messages into cmp-vpq in cmp-v (the policy's: 2 kept, 2 dead-lettered to cmp-v's cmp-vdead) and in `/` (none).
+  for (const vhost of ['cmp-v', '/']) {
+    const c = await amqp.connect(vhost === '/' ? amqpUrl : `${amqpUrl}/${vhost}`);
+    try {
+      const ch = await c.createConfirmChannel();
+      await ch.assertQueue('cmp-vdead', { durable: true });
+      await ch.assertQueue('cmp-vpq', { durable: true });
+      for (let i = 0; i < 4; i++) ch.sendToQueue('cmp-vpq', Buffer.from(`m${i}`));
+      await ch.waitForConfirms();
+      let counts = [];
+      for (let i = 0; i < 40; i++) {
+        counts = [(await ch.checkQueue('cmp-vpq')).messageCount, (await ch.checkQueue('cmp-vdead')).messageCount];
+        if (counts[0] + counts[1] === 4) break;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      out.push(`amqplib in ${vhost}: 4 sent to cmp-vpq: cmp-vpq ${counts[0]}, cmp-vdead ${counts[1]}`);
+      await ch.deleteQueue('cmp-vpq');
+      await ch.deleteQueue('cmp-vdead');
+    } finally {
+      await c.close().catch(() => undefined);
+    }
+  }
+  // (after the deletes above) a queue made by the API sees the same policy fields.
+  await json('PUT', '/api/queues/cmp-v/cmp-vpq', { durable: true });
+  const q = (await queueWithStats('/api/queues/cmp-v/cmp-vpq')).json ?? {};
+  out.push(`GET /api/queues/cmp-v/cmp-vpq: policy ${q.policy}, operator_policy ${q.operator_policy}, effective ${canon(q.effective_policy_definition)}`);
+  await json('DELETE', '/api/queues/cmp-v/cmp-vpq');
+  show('DELETE /api/policies/cmp-v/cmp-vp', await json('DELETE', '/api/policies/cmp-v/cmp-vp'));
+  show('DELETE /api/operator-policies/cmp-v/cmp-vop', await json('DELETE', '/api/operator-policies/cmp-v/cmp-vop'));
+  show('GET /api/policies/cmp-v after', await json('GET', '/api/policies/cmp-v'));
+
+  // A definitions file makes vhost cmp-w with a policy and a queue; deleting the vhost takes them with it.
+  show('GET /api/vhosts/cmp-w before', await json('GET', '/api/vhosts/cmp-w'));
+  show(
+    'POST /api/definitions (vhost cmp-w)',
+    await json('POST', '/api/definitions', {
+      vhosts: [{ name: 'cmp-w' }],
+      policies: [{ vhost: 'cmp-w', name: 'cmp-wp', pattern: '^cmp-wq$', 'apply-to': 'queues', definition: { 'max-length': 1 }, priority: 0 }],
+      queues: [{ name: 'cmp-wq', vhost: 'cmp-w', durable: true, auto_delete: false, arguments: {} }],
+    }),
+  );
+  const w = await json('GET', '/api/vhosts/cmp-w');
+  out.push(`GET /api/vhosts/cmp-w: ${w.status} ${w.json?.name}`);
+  show('GET /api/policies/cmp-w', await json('GET', '/api/policies/cmp-w'));
+  const wq = await queueWithStats('/api/queues/cmp-w/cmp-wq');
+  out.push(`GET /api/queues/cmp-w/cmp-wq: ${wq.status} policy ${wq.json?.policy}`);
+  // An AMQP connection open in cmp-w when it is deleted.
+  show('PUT /api/permissions/cmp-w/guest', await json('PUT', '/api/permissions/cmp-w/guest', { configure: '.*', write: '.*', read: '.*' }));
+  const wc = await amqp.connect(`${amqpUrl}/cmp-w`);
+  wc.on('error', () => undefined);
+  const wclosed = new Promise((resolve) => wc.on('close', (e) => resolve(e?.message ?? 'closed without an error')));
+  show('DELETE /api/vhosts/cmp-w', await json('DELETE', '/api/vhosts/cmp-w'));
+  out.push(`amqplib connection in cmp-w: ${await Promise.race([wclosed, new Promise((r) => setTimeout(() => r('still open after 5 s'), 5000))])}`);
+  await wc.close().catch(() => undefined);
+  show('DELETE /api/vhosts/cmp-w again', await json('DELETE', '/api/vhosts/cmp-w'));
+  show('GET /api/vhosts/cmp-w after', await json('GET', '/api/vhosts/cmp-w'));
+  show('GET /api/queues/cmp-w/cmp-wq after', await json('GET', '/api/queues/cmp-w/cmp-wq'));
+  const left = await json('GET', '/api/policies');
+  out.push(`GET /api/policies after: cmp-w's ${(left.json ?? []).filter((p) => p.vhost === 'cmp-w').length}`);
+  show('PUT /api/vhosts/cmp-w2', await json('PUT', '/api/vhosts/cmp-w2'));
+  show('PUT /api/vhosts/cmp-w2 again', await json('PUT', '/api/vhosts/cmp-w2'));
+  show('DELETE /api/vhosts/cmp-w2', await json('DELETE', '/api/vhosts/cmp-w2'));
   return out;
 }
 
@@ -672,6 +793,12 @@ try {
     if (fd[i] !== line) hardFailures++;
   }
   if (fd.length !== rd.length) hardFailures++;
+  const [rvp, fvp] = [await vhostPolicies(rabbitAmqp, rabbitHttp), await vhostPolicies(flowAmqp, flowHttp)];
+  for (const [i, line] of rvp.entries()) {
+    diffs.push(`per-vhost policies, ${line}${fvp[i] === line ? ' (the same on FlowMQ)' : `; FlowMQ: ${fvp[i]}`}`);
+    if (fvp[i] !== line) hardFailures++;
+  }
+  if (fvp.length !== rvp.length) hardFailures++;
   const [ri, fi] = [await importedLogin(rabbitAmqp), await importedLogin(flowAmqp)];
   diffs.push(`AMQP login of the imported user with RabbitMQ's hash: RabbitMQ ${ri}, FlowMQ ${fi}`);
   if (ri !== fi) hardFailures++;
