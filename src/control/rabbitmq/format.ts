@@ -2,8 +2,8 @@
  * RabbitMQ management JSON (3.x field names and types) built from the routing core's queues, exchanges and bindings
  * and the AMQP module's connections and channels, and the rates its `*_details` objects carry.
  *
- * FlowMQ has one name space for queues and exchanges (names are not isolated per namespace, see docs/security.md),
- * so every object is in the virtual host "/".
+ * A virtual host is a FlowMQ namespace: the default namespace's objects are in "/", another namespace's in the vhost
+ * of its name, with the names its clients write (core/vhosts.ts).
  *
  * Rates: RabbitMQ's "basic" rates mode reports, per figure, the change per second over the last sampling interval
  * (5 s by default). The Rates sampler does the same: every 5 s it keeps the figures it reports rates of (queue depths
