@@ -123,6 +123,8 @@ export abstract class JetStreamState implements ConsumerHost {
   /** Streams whose consumed prefix is being deleted from the log (trimStreams). */
   private readonly trimming = new Set<string>();
   private lastSlowTick = 0;
+  /** A look at the push consumers waiting for interest is queued (subscribed). */
+  private interestLook = false;
   /** Per stream: the last rule addition (they are serialized: each rewrites the stream's rule list). */
   private readonly ruleChain = new Map<string, Promise<unknown>>();
   /** Per stream with a view: JetStream publishes appended but not durable yet (expectations wait for them). */
@@ -293,6 +295,20 @@ export abstract class JetStreamState implements ConsumerHost {
     if (this.storeWarned) return;
     this.storeWarned = true;
     this.logger.warn({ err }, 'JetStream consumer state could not be read or written (further failures are not logged)');
+  }
+
+  /**
+   * A client subscribed (a NATS SUB on this broker): the push consumers that stopped for want of interest look again,
+   * once for all the subscriptions of this turn of the event loop (Consumer.interestMaybe); the ticker still looks
+   * every tickMs for interest that arrives otherwise (another protocol, another broker).
+   */
+  subscribed(): void {
+    if (this.interestLook || this.consumers.size === 0) return;
+    this.interestLook = true;
+    queueMicrotask(() => {
+      this.interestLook = false;
+      for (const m of this.consumers.values()) for (const c of m.values()) if (c.isPush) c.interestMaybe();
+    });
   }
 
   tick(): void {
