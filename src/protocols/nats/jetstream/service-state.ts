@@ -34,6 +34,7 @@ import type { ConsumerConfig } from './config.js';
 import { Consumer, consumedPartitions, type ConsumerHost } from './consumer.js';
 import type { ApiError } from './errors.js';
 import { SubjectTally } from './subject-tally.js';
+import type { JwtJetStreamLimits } from './jwt-limits.js';
 import { ageLimitMs, jsOptions, MAX_DELETE_RULES, needsView, StreamView, type DeleteRule } from './stream-view.js';
 import { consumedBy, trimConsumed, workqueueLegacy } from './retention.js';
 import { SourceCopier } from './sources.js';
@@ -85,6 +86,8 @@ export interface AccountUsage {
 export interface JetStreamAuthorizer {
   control: AccessControl;
   accessOf(origin: string | undefined): Access | 'gone' | null;
+  /** Operator mode: the JetStream limits of the account JWT whose namespace this is, or null (jwt-limits.ts). */
+  jwtLimits?(namespace: string): JwtJetStreamLimits | null;
 }
 
 /** Messages a STREAM.INFO without subjects_filter (or LIST, /jsz) reads to count subjects before answering. */
