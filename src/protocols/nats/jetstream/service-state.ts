@@ -302,13 +302,14 @@ export abstract class JetStreamState implements ConsumerHost {
 
   /**
    * A client subscribed (a NATS SUB on this broker): the push consumers that stopped for want of interest look again,
-   * once for all the subscriptions of this turn of the event loop (Consumer.interestMaybe); the ticker still looks
-   * every tickMs for interest that arrives otherwise (another protocol, another broker).
+   * once for all the subscriptions read in this turn of the event loop (setImmediate: a flood of connections
+   * subscribing costs one pass per turn, not one per SUB; Consumer.interestMaybe's first checks are cheap); the
+   * ticker still looks every tickMs for interest that arrives otherwise (another protocol, another broker).
    */
   subscribed(): void {
     if (this.interestLook || this.consumers.size === 0) return;
     this.interestLook = true;
-    queueMicrotask(() => {
+    setImmediate(() => {
       this.interestLook = false;
       for (const m of this.consumers.values()) for (const c of m.values()) if (c.isPush) c.interestMaybe();
     });
