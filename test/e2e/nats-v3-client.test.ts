@@ -3,12 +3,13 @@
  * `flowmq start` process, beside the tests with the `nats` 2.x client: a second, independently written client of
  * the same protocol. Core pub/sub with wildcards, request/reply, headers, a queue group; then JetStream: a stream
  * created through the manager, publishes acknowledged with their sequence and Nats-Msg-Id dedup, a durable pull
- * consumer fetched, acked and nak'ed (redelivered), and consumer info with its ack floor.
+ * consumer fetched, acked and nak'ed (redelivered), and consumer info with its ack floor; an ordered push consumer
+ * made as a KV watcher makes it (created before its client subscribes) sees every update that follows.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
-import { AckPolicy, jetstream, jetstreamManager, type JsMsg } from '@nats-io/jetstream';
+import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JsMsg } from '@nats-io/jetstream';
 import { FlowmqProcess } from './harness.js';
 
 const text = (d: Uint8Array) => Buffer.from(d).toString();
@@ -105,5 +106,40 @@ describe('e2e: NATS with the v3 client (@nats-io/transport-node, @nats-io/jetstr
     assert.equal(info.num_ack_pending, 0);
     assert.equal(info.num_pending, 0);
     await jsm.streams.delete('V3');
+  });
+
+  it('an ordered push consumer created before its subscription (a KV watcher) gets every update published after it', async () => {
+    // A bucket as a KV makes it: one message per subject (history 1), so an update replaces the one before it. The
+    // client creates the consumer (last_per_subject, nothing there yet), then subscribes to its deliver subject, then
+    // each update is published and acknowledged in turn. The consumer must deliver an update before the next one
+    // replaces it: at once when interest appears, not at the next tick (before: a.b=1 was gone by then, 5 rounds of 5
+    // lost one).
+    const jsm = await jetstreamManager(nc);
+    const js = jetstream(nc);
+    for (let round = 0; round < 5; round++) {
+      const stream = `V3KV${round}`;
+      await jsm.streams.add({ name: stream, subjects: [`v3kv${round}.>`], max_msgs_per_subject: 1 });
+      const oc = await js.consumers.getPushConsumer(stream, { filter_subjects: `v3kv${round}.a.>`, deliver_policy: DeliverPolicy.LastPerSubject });
+      const got: string[] = [];
+      let last: () => void = () => undefined;
+      const done = new Promise<void>((r) => (last = r));
+      const iter = await oc.consume({
+        callback: (m) => {
+          got.push(`${m.subject.slice(stream.length + 1)}=${text(m.data)}`);
+          if (m.subject.endsWith('.a.x')) last();
+        },
+      });
+      for (const [k, v] of [
+        ['a.b', '1'],
+        ['b.b', '2'],
+        ['a.b', '2'],
+        ['a.x', 'end'],
+      ])
+        await js.publish(`v3kv${round}.${k}`, v);
+      await done;
+      assert.deepEqual(got, ['a.b=1', 'a.b=2', 'a.x=end'], `round ${round}`);
+      await iter.close();
+      await jsm.streams.delete(stream);
+    }
   });
 });

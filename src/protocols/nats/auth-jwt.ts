@@ -208,6 +208,12 @@ export class NatsOperators {
     return [...this.accounts.values()];
   }
 
+  /** The claims of the account JWT whose namespace this is, or undefined. */
+  claimsOfNamespace(namespace: string): Claims | undefined {
+    for (const a of this.accounts.values()) if (a.namespace === namespace) return a.claims;
+    return undefined;
+  }
+
   /** The account JWT's namespace for a key, or undefined. */
   namespaceOf(account: string): string | undefined {
     return this.accounts.get(account)?.namespace;

@@ -221,6 +221,7 @@ export class NatsConnection extends NatsConnectionState {
     }
     this.subs.set(sid, ns);
     this.adapter.stats.subInserts++;
+    this.adapter.publisher.subscribed?.();
     this.lastActivity = this.now;
     this.ok();
   }

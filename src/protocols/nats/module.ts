@@ -11,7 +11,7 @@ import { formatAddress as fmt } from '../listener.js';
 import { LogLimiter } from '../../util/log-limit.js';
 import type { ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
 import { NatsAdapter } from './adapter.js';
-import { JetStream } from './jetstream/index.js';
+import { JetStream, jwtJetStreamLimits } from './jetstream/index.js';
 import { NatsMonitor } from './monitor.js';
 import { resolveNatsOptions } from './options.js';
 import { NatsOperators } from './auth-jwt.js';
@@ -88,7 +88,12 @@ export const natsModule: ProtocolModule = {
       preboundIdentity(c.host, c.natsPort) ?? undefined,
     );
     // JetStream API requests are authorized by who sent them: the adapter knows its connections' Access.
-    jetstream.authorizer = { control: ctx.access, accessOf: (origin) => adapter.accessOf(origin) };
+    // Operator mode: an account JWT's JetStream limits are its namespace's (read again after a reload).
+    jetstream.authorizer = {
+      control: ctx.access,
+      accessOf: (origin) => adapter.accessOf(origin),
+      jwtLimits: (namespace) => jwtJetStreamLimits(adapter.operators?.claimsOfNamespace(namespace)?.nats?.limits),
+    };
     // A request crossing into another namespace by a service import (src/core/links.ts) is a JetStream publish there
     // too: an imported `$KV.>` put gets its PubAck from the exporter's stream.
     if (c.natsJetstream) ctx.engine.links.requestPublisher = (msg, reply) => jetstream.publish(msg, reply);

@@ -50,6 +50,8 @@ export interface NatsPublisher {
   publish(msg: Message, reply: string): PublishInfo;
   /** The JetStream domain whose API ($JS.<domain>.API.>) it answers too, if any. */
   readonly domain?: string | null;
+  /** A connection subscribed: push consumers waiting for interest look again (JetStream). */
+  subscribed?(): void;
 }
 
 /** The outcome of a CONNECT's credentials. */

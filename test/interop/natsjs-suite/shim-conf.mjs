@@ -134,6 +134,17 @@ const policies = [];
 // Config-file accounts: each a FlowMQ namespace (its users log in there), with its exports and imports as they are
 // written (the users file takes nats-server's shape: src/core/links-config.ts).
 const namespaces = [];
+// An account's `jetstream { ... }` limits (nats-server's names and their aliases) as FlowMQ namespace quotas.
+const ACCOUNT_JS_LIMITS = {
+  max_memory: 'maxMemoryBytes',
+  max_mem: 'maxMemoryBytes',
+  max_file: 'maxStorageBytes',
+  max_store: 'maxStorageBytes',
+  max_disk: 'maxStorageBytes',
+  max_streams: 'maxStreams',
+  max_consumers: 'maxConsumers',
+  max_ack_pending: 'maxAckPending',
+};
 let anonymousOff = false;
 const levels = (subject) =>
   subject
@@ -246,9 +257,22 @@ for (const [k, v] of Object.entries(conf)) {
         const known = new Set(['users', 'exports', 'imports', 'jetstream']);
         for (const ak of Object.keys(a ?? {})) if (!known.has(ak)) refuse(`accounts.${name}.${ak}`);
         // Every FlowMQ namespace has JetStream: `jetstream: enabled` needs nothing; disabled for one account cannot be said.
-        if (a.jetstream !== undefined && a.jetstream !== true && a.jetstream !== 'enabled' && a.jetstream !== 'enable')
+        // A block of limits is the namespace's JetStream quotas (docs/jetstream.md, Accounts).
+        const quotas = {};
+        if (typeof a.jetstream === 'object' && a.jetstream !== null) {
+          for (const [jk, jv] of Object.entries(a.jetstream)) {
+            const q = ACCOUNT_JS_LIMITS[jk];
+            if (q === undefined || typeof jv !== 'number') refuse(`accounts.${name}.jetstream.${jk}`);
+            if (jv >= 0) quotas[q] = jv;
+          }
+        } else if (a.jetstream !== undefined && a.jetstream !== true && a.jetstream !== 'enabled' && a.jetstream !== 'enable')
           refuse(`accounts.${name}.jetstream: ${a.jetstream}`);
-        namespaces.push({ name, ...(a.exports ? { exports: list(a.exports) } : {}), ...(a.imports ? { imports: list(a.imports) } : {}) });
+        namespaces.push({
+          name,
+          ...(Object.keys(quotas).length ? { quotas } : {}),
+          ...(a.exports ? { exports: list(a.exports) } : {}),
+          ...(a.imports ? { imports: list(a.imports) } : {}),
+        });
         for (const u of list(a.users) ?? []) addUser(u, name);
       }
       anonymousOff = true;

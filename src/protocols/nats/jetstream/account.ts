@@ -17,22 +17,14 @@
 import { ANONYMOUS, type Access } from '../../../control/index.js';
 import { splitStreamName, type Message, type StreamDef } from '../../../core/index.js';
 import { JsErr, type ApiError } from './errors.js';
+import type { AccountLimits } from './jwt-limits.js';
 import { subjectLength } from './names.js';
 import { type AccountUsage, BAD_JSON, type JetStreamState, type Json, parseJson, typed } from './service-state.js';
 import type { StreamSpecFromJs } from './stream-info.js';
 import { API_STREAM_KEY, jsOptions, storedSize, type StreamView } from './stream-view.js';
 import { filterToSubject, subjectsCollide } from './subjects.js';
 
-/** nats-server's JetStreamAccountLimits as INFO reports them (-1: none). */
-export interface AccountLimits {
-  maxMemory: number;
-  maxStorage: number;
-  maxStreams: number;
-  maxConsumers: number;
-  maxAckPending: number;
-  maxStreamBytes: number;
-  maxBytesRequired: boolean;
-}
+export type { AccountLimits };
 
 /** nats-server's JsDefaultMaxAckPending: a consumer's max_ack_pending when it asks for none. */
 const DEFAULT_MAX_ACK_PENDING = 1000;
@@ -46,6 +38,10 @@ export function namespaceOf(access: Access | null): string {
 }
 
 export function accountLimits(js: JetStreamState, namespace: string): AccountLimits {
+  // Operator mode: the account JWT's limits, its R1 tier's when tiered (jwt-limits.ts).
+  const jwt = js.authorizer?.jwtLimits?.(namespace) ?? null;
+  const fromJwt = jwt === null ? undefined : (jwt.limits ?? jwt.tiers.R1);
+  if (fromJwt !== undefined) return fromJwt;
   const q = js.authorizer?.control.directory.namespace(namespace)?.quotas ?? {};
   const n = (v: number | undefined): number => (v === undefined || v === null ? -1 : v);
   return {
@@ -102,25 +98,44 @@ export async function accountInfo(js: JetStreamState, namespace: string): Promis
     if (jsOptions(d).memory) memory += bytes;
     else storage += bytes;
   }
-  const l = accountLimits(js, namespace);
+  const jwt = js.authorizer?.jwtLimits?.(namespace) ?? null;
+  // A tiered account JWT: nats-server reports each tier (R1 holds every stream here) and zero account-wide limits.
+  const tiered = jwt !== null && jwt.limits === null;
+  const usage = { memory, storage, streams: defs.length, consumers };
+  const tiers = tiered ? Object.fromEntries(Object.entries(jwt.tiers).map(([t, l]) => [t, { ...(t === 'R1' ? usage : ZERO_USE), limits: limitsJson(l) }])) : {};
+  if (tiered && tiers.R1 === undefined && defs.length > 0) tiers.R1 = { ...usage, limits: limitsJson(NO_LIMITS) };
   return typed('account_info_response', {
-    memory,
-    storage,
-    streams: defs.length,
-    consumers,
-    limits: {
-      max_memory: l.maxMemory,
-      max_storage: l.maxStorage,
-      max_streams: l.maxStreams,
-      max_consumers: l.maxConsumers,
-      max_ack_pending: l.maxAckPending,
-      memory_max_stream_bytes: l.maxStreamBytes,
-      storage_max_stream_bytes: l.maxStreamBytes,
-      max_bytes_required: l.maxBytesRequired,
-    },
+    ...usage,
+    limits: limitsJson(tiered ? NO_LIMITS : accountLimits(js, namespace)),
+    ...(tiered ? { tiers } : {}),
     ...(js.domain !== null ? { domain: js.domain } : {}),
     api: { total: js.api.total, errors: js.api.errors },
   });
+}
+
+const ZERO_USE = { memory: 0, storage: 0, streams: 0, consumers: 0 };
+/** nats-server's JetStreamAccountLimits zero value (the account-wide limits of a tiered account). */
+const NO_LIMITS: AccountLimits = {
+  maxMemory: 0,
+  maxStorage: 0,
+  maxStreams: 0,
+  maxConsumers: 0,
+  maxAckPending: 0,
+  maxStreamBytes: 0,
+  maxBytesRequired: false,
+};
+
+function limitsJson(l: AccountLimits): Json {
+  return {
+    max_memory: l.maxMemory,
+    max_storage: l.maxStorage,
+    max_streams: l.maxStreams,
+    max_consumers: l.maxConsumers,
+    max_ack_pending: l.maxAckPending,
+    memory_max_stream_bytes: l.maxMemoryStreamBytes ?? l.maxStreamBytes,
+    storage_max_stream_bytes: l.maxStreamBytes,
+    max_bytes_required: l.maxBytesRequired,
+  };
 }
 
 /**
@@ -130,7 +145,8 @@ export async function accountInfo(js: JetStreamState, namespace: string): Promis
 export function streamConfigRefusal(l: AccountLimits, spec: StreamSpecFromJs): ApiError | null {
   const maxBytes = spec.options.maxBytes;
   if (l.maxBytesRequired && maxBytes <= 0) return JsErr.streamMaxBytesRequired();
-  if (l.maxStreamBytes > 0 && maxBytes > l.maxStreamBytes) return JsErr.streamMaxStreamBytesExceeded();
+  const streamMax = spec.options.memory ? (l.maxMemoryStreamBytes ?? l.maxStreamBytes) : l.maxStreamBytes;
+  if (streamMax > 0 && maxBytes > streamMax) return JsErr.streamMaxStreamBytesExceeded();
   return null;
 }
 
@@ -242,8 +258,8 @@ export async function checkAccounts(js: JetStreamState): Promise<void> {
   for (const [ns, defs] of byNamespace) {
     const l = accountLimits(js, ns);
     // nats-server's limitsExceeded: over the account's limit, or (sic) over the max stream bytes, for the storage type.
-    const limitOf = (max: number): number => Math.min(max >= 0 ? max : Infinity, l.maxStreamBytes > 0 ? l.maxStreamBytes : Infinity);
-    const limits = { memory: limitOf(l.maxMemory), file: limitOf(l.maxStorage) };
+    const limitOf = (max: number, streamMax: number): number => Math.min(max >= 0 ? max : Infinity, streamMax > 0 ? streamMax : Infinity);
+    const limits = { memory: limitOf(l.maxMemory, l.maxMemoryStreamBytes ?? l.maxStreamBytes), file: limitOf(l.maxStorage, l.maxStreamBytes) };
     if (limits.memory === Infinity && limits.file === Infinity) continue;
     const use = { memory: { used: 0, limit: limits.memory, memory: true }, file: { used: 0, limit: limits.file, memory: false } };
     for (const d of defs) {

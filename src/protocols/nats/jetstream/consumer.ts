@@ -507,6 +507,18 @@ export class Consumer {
       });
   }
 
+  /**
+   * A subscription was made somewhere: a push consumer whose loop stopped for want of interest (it is not waiting for
+   * data, nor delivering, nor held by flow control) delivers now if someone listens on its deliver subject, as
+   * nats-server's consumer does when interest appears, instead of at the next tick (up to 100 ms later: long enough for
+   * a KV watcher's first update to be replaced by the next put under history 1, and never seen).
+   */
+  interestMaybe(): void {
+    if (this.closed || this.pumping || this.waiting[0]?.push !== true || this.flowStalled) return;
+    if (this.parts.some((pt) => pt.waiting)) return;
+    if (this.pushBound) this.pump();
+  }
+
   private async loop(): Promise<void> {
     let burst = 0;
     do {

@@ -34,6 +34,7 @@ import type { ConsumerConfig } from './config.js';
 import { Consumer, consumedPartitions, type ConsumerHost } from './consumer.js';
 import type { ApiError } from './errors.js';
 import { SubjectTally } from './subject-tally.js';
+import type { JwtJetStreamLimits } from './jwt-limits.js';
 import { ageLimitMs, jsOptions, MAX_DELETE_RULES, needsView, StreamView, type DeleteRule } from './stream-view.js';
 import { consumedBy, trimConsumed, workqueueLegacy } from './retention.js';
 import { SourceCopier } from './sources.js';
@@ -85,6 +86,8 @@ export interface AccountUsage {
 export interface JetStreamAuthorizer {
   control: AccessControl;
   accessOf(origin: string | undefined): Access | 'gone' | null;
+  /** Operator mode: the JetStream limits of the account JWT whose namespace this is, or null (jwt-limits.ts). */
+  jwtLimits?(namespace: string): JwtJetStreamLimits | null;
 }
 
 /** Messages a STREAM.INFO without subjects_filter (or LIST, /jsz) reads to count subjects before answering. */
@@ -123,6 +126,8 @@ export abstract class JetStreamState implements ConsumerHost {
   /** Streams whose consumed prefix is being deleted from the log (trimStreams). */
   private readonly trimming = new Set<string>();
   private lastSlowTick = 0;
+  /** A look at the push consumers waiting for interest is queued (subscribed). */
+  private interestLook = false;
   /** Per stream: the last rule addition (they are serialized: each rewrites the stream's rule list). */
   private readonly ruleChain = new Map<string, Promise<unknown>>();
   /** Per stream with a view: JetStream publishes appended but not durable yet (expectations wait for them). */
@@ -293,6 +298,21 @@ export abstract class JetStreamState implements ConsumerHost {
     if (this.storeWarned) return;
     this.storeWarned = true;
     this.logger.warn({ err }, 'JetStream consumer state could not be read or written (further failures are not logged)');
+  }
+
+  /**
+   * A client subscribed (a NATS SUB on this broker): the push consumers that stopped for want of interest look again,
+   * once for all the subscriptions read in this turn of the event loop (setImmediate: a flood of connections
+   * subscribing costs one pass per turn, not one per SUB; Consumer.interestMaybe's first checks are cheap); the
+   * ticker still looks every tickMs for interest that arrives otherwise (another protocol, another broker).
+   */
+  subscribed(): void {
+    if (this.interestLook || this.consumers.size === 0) return;
+    this.interestLook = true;
+    setImmediate(() => {
+      this.interestLook = false;
+      for (const m of this.consumers.values()) for (const c of m.values()) if (c.isPush) c.interestMaybe();
+    });
   }
 
   tick(): void {
