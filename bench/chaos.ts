@@ -1,8 +1,9 @@
 /**
- * `npm run chaos [-- --minutes M --seed S --keep --max-faults N --gap-ms MIN,MAX --no-subscriber --kinds K1,K2 --pg-ha]`:
- * a seeded nemesis injects faults (kill -9, SIGSTOP past the lease, graceful restart, S3 stalls and cuts, a broker cut
- * off from PostgreSQL or from its peers, a broker killed mid-write, a bit flipped in a segment object, and with
- * `--pg-ha` the PostgreSQL primary lost) into a three-broker cluster under Kafka, MQTT, AMQP and JetStream traffic; afterwards everything
+ * `npm run chaos [-- --minutes M --seed S --keep --max-faults N --gap-ms MIN,MAX --no-subscriber --kinds K1,K2 --pg-ha --netns]`:
+ * a seeded nemesis injects faults (kill -9, SIGSTOP past the lease, graceful restart, S3 stalls, cuts and slowness,
+ * PostgreSQL slowness, a broker cut off from PostgreSQL or from its peers, a broker killed mid-write, a bit flipped in
+ * a segment object; with `--pg-ha` the PostgreSQL primary lost; with `--netns` each broker in its own network
+ * namespace, its link pulled, its packets to its peers, PostgreSQL or S3 dropped, or a share of them lost) into a three-broker cluster under Kafka, MQTT, AMQP and JetStream traffic; afterwards everything
  * acknowledged is read back (bench/reliability/chaos.ts). Prints a table per fault kind and per load, and last
  * `chaos: N acknowledged, N lost, N duplicated`. Exits 1 when a fault's own check fails (a torn object not collected, a flipped bit not detected or its
  * batch served), or an acknowledged message is lost (the persistent MQTT
@@ -25,6 +26,8 @@ const { values } = parseArgs({
     kinds: { type: 'string' },
     // PostgreSQL made highly available by pg_auto_failover; adds the pg-failover kind to the default list.
     'pg-ha': { type: 'boolean', default: false },
+    // Each broker in its own network namespace (root, nftables); adds the net-* kinds to the default list.
+    netns: { type: 'boolean', default: false },
     quiet: { type: 'boolean', default: false },
   },
 });
@@ -44,6 +47,7 @@ const s = await runChaos({
   subscriber: !values['no-subscriber'],
   kinds: kinds as FaultKind[] | undefined,
   pgHa: values['pg-ha'],
+  netns: values.netns,
   log: values.quiet ? undefined : (l) => console.log(l),
 });
 console.log(formatChaosSummary(s));

@@ -114,7 +114,13 @@ export class KafkaChaosLoad implements ChaosLoad {
   }
 }
 
-const servers = (ports: number[]) => ports.map((port) => ({ host: '127.0.0.1', port }));
+/** Where a client reaches a broker: a loopback port, or `host:port` (a broker in a test network namespace). */
+export type BrokerAddress = number | string;
+
+const servers = (addrs: BrokerAddress[]) =>
+  addrs.map((a) =>
+    typeof a === 'number' ? { host: '127.0.0.1', port: a } : { host: a.slice(0, a.lastIndexOf(':')), port: Number(a.slice(a.lastIndexOf(':') + 1)) },
+  );
 
 /** An MQTT QoS 1 publisher that keeps `window` publishes in flight and records what was PUBACKed. */
 export class MqttChaosPublisher implements ChaosLoad {
@@ -127,7 +133,7 @@ export class MqttChaosPublisher implements ChaosLoad {
   private readonly loop: Promise<void>;
 
   constructor(
-    ports: number[],
+    ports: BrokerAddress[],
     private readonly onSend: (n: number) => void,
     private readonly window = 10,
     private readonly paceMs = 0,
@@ -191,7 +197,7 @@ export class MqttChaosSubscriber {
   readonly received = new Map<number, number>();
   readonly client: MqttClient;
 
-  private constructor(ports: number[]) {
+  private constructor(ports: BrokerAddress[]) {
     this.client = mqtt.connect({
       servers: servers(ports),
       protocolVersion: 5,
@@ -213,7 +219,7 @@ export class MqttChaosSubscriber {
   }
 
   /** Connected and subscribed: the session exists before anything is published. */
-  static async start(ports: number[]): Promise<MqttChaosSubscriber> {
+  static async start(ports: BrokerAddress[]): Promise<MqttChaosSubscriber> {
     const s = new MqttChaosSubscriber(ports);
     await new Promise<void>((resolve, reject) => {
       s.client.once('connect', () => resolve());

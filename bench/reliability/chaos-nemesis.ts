@@ -3,7 +3,7 @@
  * cluster, in turn one of each kind, the victim broker and the durations drawn from a small PRNG (mulberry32) of the
  * seed, so that a seed reproduces the schedule (what happens between faults depends on timing, not on the seed).
  *
- * Every broker reaches PostgreSQL, S3 and its peers through fault-injecting TCP proxies (test/helpers/fault-proxy.ts):
+ * Every broker reaches PostgreSQL, S3 and (without `--netns`) its peers through fault-injecting TCP proxies (test/helpers/fault-proxy.ts):
  * one to PostgreSQL and one to s3rver per broker, and one in front of each broker's cluster port, which that broker
  * advertises as its cluster endpoint (so its peers' connections to it go through it). Each broker keeps its client
  * ports (Kafka, MQTT, AMQP, NATS) and cluster port across restarts, so the clients' broker lists stay valid.
@@ -34,7 +34,22 @@
  *   (`--read-cache-bytes 0 --object-cache-bytes 0`) so that the read reaches the object;
  * - pg-failover (only with a highly available PostgreSQL, `npm run chaos -- --pg-ha`): the PostgreSQL primary
  *   killed -9 (its node's postmaster, backends and pg_autoctl), pg_auto_failover promotes the synchronous standby,
- *   the brokers follow through their multi-host URL; the lost node is then started again as the new standby.
+ *   the brokers follow through their multi-host URL; the lost node is then started again as the new standby;
+ * - pg-slow, s3-slow: every broker's PostgreSQL (20..150 ms) or S3 (100..1500 ms) connections slowed, each chunk held
+ *   that long each way (FaultProxy `delay`), for 3..8 s;
+ * - join-leave: a fourth broker (the spare id) starts, the cluster settles with it owning its share of the partitions
+ *   and queues, and 3..8 s later it leaves with a SIGTERM (its work handed back): scaling out and in under traffic.
+ *
+ * With `--netns` (test/helpers/netns.ts, root and nftables) each broker runs in its own network namespace, joined to
+ * the runner's by a veth pair and a bridge: clients and peers reach it at its own address, PostgreSQL and S3 through
+ * its proxies on the bridge's address. No proxy stands in front of the cluster ports then (peer-partition is out);
+ * the network's own kinds are:
+ * - net-isolate: the broker's link down for lease + 1..4 s: clients, peers, PostgreSQL and S3 all cut off, its sockets
+ *   open and silent (it finds itself fenced when the link is back);
+ * - net-peers: packets between the broker and its peers dropped (both ways, silently) for 2..6 s;
+ * - net-pg: packets between the broker and PostgreSQL dropped for lease + 1..4 s: TCP retransmits what it sent late;
+ * - net-s3: packets between the broker and S3 dropped for 2..8 s;
+ * - net-loss: 10..40% of every packet the broker sends or receives lost for 4..10 s.
  */
 import { readFileSync } from 'node:fs';
 import { FaultProxy } from '../../test/helpers/fault-proxy.js';
@@ -43,12 +58,47 @@ import { committedSegments, corruptBatches, firstBatch, flipByte, kcatRead, obje
 import { writeFileSync } from 'node:fs';
 import { sleep } from '../../test/e2e/harness.js';
 import type { TestCluster } from '../../test/helpers/cluster.js';
+import type { NetLab } from '../../test/helpers/netns.js';
 import { prng } from '../../test/helpers/prng.js';
 
-export const FAULT_KINDS = ['kill', 'pause', 'term', 's3-stall', 's3-cut', 'pg-partition', 'peer-partition', 'torn-write', 'bit-flip', 'pg-failover'] as const;
+export const FAULT_KINDS = [
+  'kill',
+  'pause',
+  'term',
+  's3-stall',
+  's3-cut',
+  's3-slow',
+  'pg-partition',
+  'pg-slow',
+  'peer-partition',
+  'torn-write',
+  'bit-flip',
+  'pg-failover',
+  'net-isolate',
+  'net-peers',
+  'net-pg',
+  'net-s3',
+  'net-loss',
+  'join-leave',
+] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
-/** The kinds `npm run chaos` cycles through by default: every one but pg-failover, which needs `--pg-ha`. */
-export const DEFAULT_FAULT_KINDS: FaultKind[] = FAULT_KINDS.filter((k) => k !== 'pg-failover');
+/** The kinds that need each broker in its own network namespace (`--netns`). */
+export const NETNS_KINDS: readonly FaultKind[] = ['net-isolate', 'net-peers', 'net-pg', 'net-s3', 'net-loss'];
+/** The kinds `npm run chaos` cycles through by default: every one but pg-failover, which needs `--pg-ha`, and the network namespaces' kinds. */
+export const DEFAULT_FAULT_KINDS: FaultKind[] = FAULT_KINDS.filter((k) => k !== 'pg-failover' && !NETNS_KINDS.includes(k));
+
+/**
+ * The kinds of a run: with `netns`, the network namespaces' kinds too, and not peer-partition (its proxy in front of
+ * each broker's cluster port is replaced by the real link between namespaces); with `pgHa`, pg-failover too.
+ */
+export function defaultFaultKinds(o: { netns?: boolean; pgHa?: boolean }): FaultKind[] {
+  return FAULT_KINDS.filter((k) => {
+    if (k === 'pg-failover') return o.pgHa === true;
+    if (NETNS_KINDS.includes(k)) return o.netns === true;
+    if (k === 'peer-partition') return o.netns !== true;
+    return true;
+  });
+}
 
 export interface FaultSpec {
   kind: FaultKind;
@@ -62,6 +112,10 @@ export interface FaultSpec {
   gapMs: number;
   /** torn-write, bit-flip: which partition or segment, a draw in [0, 1). */
   pick: number;
+  /** pg-slow, s3-slow: how long each chunk is held, ms. */
+  delayMs?: number;
+  /** net-loss: the share of packets dropped, %. */
+  lossPercent?: number;
 }
 
 /** A fault as it happened. */
@@ -99,8 +153,22 @@ export function faultSchedule(
     else if (kind === 's3-stall') spec.durationMs = between(2000, 8000);
     else if (kind === 's3-cut') spec.durationMs = between(500, 3000);
     else if (kind === 'pg-partition') spec.durationMs = leaseMs + between(1000, 4000);
-    else if (kind === 'peer-partition') spec.durationMs = between(2000, 6000);
-    if (kind === 's3-stall' || kind === 's3-cut' || kind === 'bit-flip' || kind === 'pg-failover') spec.broker = null;
+    else if (kind === 'peer-partition' || kind === 'net-peers') spec.durationMs = between(2000, 6000);
+    else if (kind === 'pg-slow') {
+      spec.durationMs = between(3000, 8000);
+      spec.delayMs = between(20, 150);
+    } else if (kind === 's3-slow') {
+      spec.durationMs = between(3000, 8000);
+      spec.delayMs = between(100, 1500);
+    } else if (kind === 'net-isolate' || kind === 'net-pg') spec.durationMs = leaseMs + between(1000, 4000);
+    else if (kind === 'net-s3') spec.durationMs = between(2000, 8000);
+    else if (kind === 'join-leave') spec.durationMs = between(3000, 8000);
+    else if (kind === 'net-loss') {
+      spec.durationMs = between(4000, 10_000);
+      spec.lossPercent = between(10, 40);
+    }
+    if (kind === 's3-stall' || kind === 's3-cut' || kind === 's3-slow' || kind === 'pg-slow' || kind === 'bit-flip' || kind === 'pg-failover')
+      spec.broker = null;
     return spec;
   };
 }
@@ -128,11 +196,29 @@ export function describeFault(f: FaultSpec): string {
       return 'a bit flipped in a committed segment object, read there, restored';
     case 'pg-failover':
       return 'PostgreSQL primary killed -9, the standby promoted';
+    case 'pg-slow':
+      return `PostgreSQL ${f.delayMs} ms slower each way for every broker for ${s(f.durationMs)}`;
+    case 's3-slow':
+      return `S3 ${f.delayMs} ms slower each way for every broker for ${s(f.durationMs)}`;
+    case 'net-isolate':
+      return `broker ${f.broker}'s link down for ${s(f.durationMs)} (clients, peers, PostgreSQL and S3 cut off)`;
+    case 'net-peers':
+      return `packets between broker ${f.broker} and its peers dropped for ${s(f.durationMs)}`;
+    case 'net-pg':
+      return `packets between broker ${f.broker} and PostgreSQL dropped for ${s(f.durationMs)}`;
+    case 'net-s3':
+      return `packets between broker ${f.broker} and S3 dropped for ${s(f.durationMs)}`;
+    case 'net-loss':
+      return `${f.lossPercent}% of broker ${f.broker}'s packets lost for ${s(f.durationMs)}`;
+    case 'join-leave':
+      return `a fourth broker joins, takes its share of the work, and leaves (SIGTERM) ${s(f.durationMs)} later`;
   }
 }
 
 /** Ports a broker keeps across restarts. */
 export interface BrokerPorts {
+  /** The admin API's (fixed with --netns: forwarded from the broker's address to its namespace's loopback). */
+  http: number;
   kafka: number;
   mqtt: number;
   amqp: number;
@@ -157,15 +243,34 @@ export class ChaosCluster {
     readonly c: TestCluster,
     readonly ports: Map<number, BrokerPorts>,
     private readonly log: (line: string) => void,
+    /** Each broker in its own network namespace (`--netns`), or null: every broker on loopback. */
+    readonly net: NetLab | null = null,
+    /** The id join-leave starts and stops (it has ports, proxies and a namespace, and runs only in that fault). */
+    readonly spare: number | null = null,
   ) {}
 
-  /** Proxies for broker `id` (before it starts the first time). */
+  /** The brokers that run throughout (every one but the spare). */
+  private get members(): number[] {
+    return [...this.ports.keys()].filter((id) => id !== this.spare);
+  }
+
+  /** Where clients reach broker `id`. */
+  host(id: number): string {
+    return this.net ? this.net.address(id) : '127.0.0.1';
+  }
+
+  /**
+   * Proxies for broker `id` (before it starts the first time); with a network, they listen on the bridge's address,
+   * and the brokers reach each other directly, across their links.
+   */
   async addProxies(id: number): Promise<void> {
     const p = this.ports.get(id)!;
     const pgPorts = this.c.ha ? this.c.ha.ports : [this.c.pg.port];
-    this.pgProxy.set(id, await Promise.all(pgPorts.map((port) => FaultProxy.start({ port }))));
-    this.s3Proxy.set(id, await FaultProxy.start({ port: this.c.s3.port }));
-    this.peerProxy.set(id, await FaultProxy.start({ port: p.cluster }));
+    const at = this.net?.hostAddress ?? '127.0.0.1';
+    this.pgProxy.set(id, await Promise.all(pgPorts.map((port) => FaultProxy.start({ port }, at))));
+    this.s3Proxy.set(id, await FaultProxy.start({ port: this.c.s3.port }, at));
+    if (!this.net) this.peerProxy.set(id, await FaultProxy.start({ port: p.cluster }));
+    else this.net.forward(id, p.http);
   }
 
   /** Where broker `id` reaches PostgreSQL and S3 (its proxies). */
@@ -175,14 +280,16 @@ export class ChaosCluster {
     if (!pg || !s3) return undefined;
     // The database's URL with every server's proxy in place of the server (a multi-host URL with `--pg-ha`).
     const m = /^(postgres(?:ql)?:\/\/[^@/]*@)([^/]*)(.*)$/.exec(this.c.dbUrl)!;
-    return { dbUrl: `${m[1]}${pg.map((p) => `127.0.0.1:${p.port}`).join(',')}${m[3]}`, s3Endpoint: `http://127.0.0.1:${s3.port}` };
+    return { dbUrl: `${m[1]}${pg.map((p) => p.address).join(',')}${m[3]}`, s3Endpoint: `http://${s3.address}` };
   }
 
   /** The fixed ports and advertised cluster endpoint of broker `id`. */
   brokerArgs(id: number): string[] {
     const p = this.ports.get(id)!;
-    const peer = this.peerProxy.get(id)!;
+    const peer = this.peerProxy.get(id);
     return [
+      // The admin API at the broker's address (forwarded to its loopback), whose Host header it must accept.
+      ...(this.net ? ['--http-port', String(p.http), '--http-allowed-hosts', this.net.address(id)] : []),
       '--kafka-port',
       String(p.kafka),
       '--mqtt-port',
@@ -194,7 +301,7 @@ export class ChaosCluster {
       '--cluster-port',
       String(p.cluster),
       '--advertised-listeners',
-      `cluster=127.0.0.1:${peer.port}`,
+      peer ? `cluster=${peer.address}` : `cluster=${this.host(id)}:${p.cluster}`,
       // Segments sealed every 15 s at the latest (the default is 60 s): more seals under the faults, and committed
       // segments for torn-write and bit-flip early in a run.
       '--segment-ms',
@@ -221,7 +328,13 @@ export class ChaosCluster {
     for (;;) {
       try {
         // 60 s to listen: a loaded machine (2 cores, other work) took more than the harness's 20 s.
-        await this.c.startBroker({ id, args: this.brokerArgs(id), proxy: false, startTimeoutMs: 60_000 });
+        await this.c.startBroker({
+          id,
+          args: this.brokerArgs(id),
+          proxy: false,
+          startTimeoutMs: 60_000,
+          ...(this.net ? { host: this.net.address(id), wrap: this.net.wrap(id) } : {}),
+        });
         return;
       } catch (err) {
         const msg = (err as Error).message;
@@ -263,6 +376,20 @@ export class ChaosCluster {
         for (const p of this.s3Proxy.values()) p.set('pass');
         return '';
       }
+      case 's3-slow':
+      case 'pg-slow': {
+        const ps = f.kind === 's3-slow' ? [...this.s3Proxy.values()] : [...this.pgProxy.values()].flat();
+        for (const p of ps) p.set('delay', f.delayMs);
+        await sleep(f.durationMs);
+        for (const p of ps) p.set('pass');
+        return '';
+      }
+      case 'net-isolate':
+      case 'net-peers':
+      case 'net-pg':
+      case 'net-s3':
+      case 'net-loss':
+        return this.netFault(f, id);
       case 'pg-partition':
       case 'peer-partition': {
         const ps = f.kind === 'pg-partition' ? this.pgProxy.get(id)! : [this.peerProxy.get(id)!];
@@ -273,11 +400,32 @@ export class ChaosCluster {
       }
       case 'torn-write':
         return this.tornWrite(f, id);
+      case 'join-leave':
+        return this.joinLeave(f);
       case 'bit-flip':
         return this.bitFlip(f);
       case 'pg-failover':
         return this.pgFailover();
     }
+  }
+
+  /** The network namespaces' kinds (see the module comment). */
+  private async netFault(f: FaultSpec, id: number): Promise<string> {
+    const net = this.net;
+    if (!net) throw new Error(`${f.kind} needs each broker in its own network namespace (npm run chaos -- --netns)`);
+    const others = this.members.filter((b) => b !== id);
+    if (f.kind === 'net-isolate') net.isolate(id);
+    else if (f.kind === 'net-peers') net.block(id, { brokers: others });
+    else if (f.kind === 'net-pg') net.block(id, { hostPorts: this.pgProxy.get(id)!.map((p) => p.port) });
+    else if (f.kind === 'net-s3') net.block(id, { hostPorts: [this.s3Proxy.get(id)!.port] });
+    else net.lose(id, f.lossPercent ?? 20);
+    try {
+      await sleep(f.durationMs);
+    } finally {
+      if (f.kind === 'net-isolate') net.isolate(id, false);
+      else net.heal(id);
+    }
+    return '';
   }
 
   /** The check the last fault left for after the cluster settled ('' when none). */
@@ -293,7 +441,7 @@ export class ChaosCluster {
   }
 
   private get bootstrap(): string[] {
-    return [...this.ports.values()].map((p) => `127.0.0.1:${p.kafka}`);
+    return this.members.map((id) => `${this.host(id)}:${this.ports.get(id)!.kafka}`);
   }
 
   /** torn-write (see the module comment). */
@@ -344,6 +492,26 @@ export class ChaosCluster {
     if (!f.quick) await this.c.waitBrokerDead(id, 30_000);
     await this.startBroker(id);
     return note;
+  }
+
+  /** join-leave (see the module comment). */
+  private async joinLeave(f: FaultSpec): Promise<string> {
+    const id = this.spare;
+    if (id === null) throw new Error('join-leave needs a spare broker id');
+    await this.startBroker(id);
+    let took = 'its share not settled within 60 s';
+    try {
+      await this.c.waitBrokerAlive(id, 60_000);
+      const rows = await this.c.waitSettled({ kinds: ['partition', 'queue'], timeoutMs: 60_000 });
+      took = `took ${rows.filter((r) => r.owner === id).length} of ${rows.length} partitions and queues`;
+      await sleep(f.durationMs);
+    } catch {
+      // noted; it leaves all the same
+    }
+    const r = await this.c.stop(id);
+    this.beforeRestart(id);
+    this.c.forget(id);
+    return `broker ${id} joined, ${took}, left${r.code === 0 ? '' : ` (exited with ${r.code ?? r.signal})`}`;
   }
 
   /** pg-failover (see the module comment). */
@@ -402,7 +570,11 @@ export class ChaosCluster {
   async close(): Promise<void> {
     const all = [...[...this.pgProxy.values()].flat(), ...this.s3Proxy.values(), ...this.peerProxy.values()];
     for (const p of all) p.set('pass');
-    await this.c.close();
-    for (const p of all) await p.close();
+    try {
+      await this.c.close();
+      for (const p of all) await p.close();
+    } finally {
+      this.net?.close();
+    }
   }
 }

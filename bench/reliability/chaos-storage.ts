@@ -101,7 +101,7 @@ export async function corruptBatches(c: TestCluster): Promise<number> {
   let sum = 0;
   for (const b of c.running) {
     try {
-      const text = await (await fetch(`http://127.0.0.1:${b.proc.ports.http}/metrics`)).text();
+      const text = await (await fetch(`${b.proc.http}/metrics`)).text();
       const line = text.split('\n').find((l) => l.startsWith('flowmq_log_corrupt_batches_total '));
       if (line) sum += Number(line.split(' ')[1]);
     } catch {

@@ -32,12 +32,13 @@ import {
   MqttChaosPublisher,
   MqttChaosSubscriber,
 } from './chaos-loads.js';
+import { NetLab } from '../../test/helpers/netns.js';
 import {
   ChaosCluster,
-  DEFAULT_FAULT_KINDS,
+  defaultFaultKinds,
   describeFault,
-  FAULT_KINDS,
   faultSchedule,
+  NETNS_KINDS,
   type BrokerPorts,
   type FaultEvent,
   type FaultKind,
@@ -48,6 +49,8 @@ const AMQP_QUEUE = 'chaos.amqp';
 const JS_STREAM = 'chaos.js';
 const JS_SUBJECT = 'chaos.js.p';
 const BROKERS = [1, 2, 3];
+/** The broker that joins and leaves (join-leave). */
+const SPARE = 4;
 
 export interface ChaosOptions {
   /** Faults are injected until this many minutes have passed (the read-back comes after). */
@@ -59,6 +62,8 @@ export interface ChaosOptions {
   kinds?: FaultKind[];
   /** PostgreSQL made highly available by pg_auto_failover (test/helpers/pg-auto-failover.ts): needed by pg-failover. */
   pgHa?: boolean;
+  /** Each broker in its own network namespace (test/helpers/netns.ts): needed by the net-* kinds. */
+  netns?: boolean;
   /** Run the persistent MQTT subscriber; default true. */
   subscriber?: boolean;
   /** The quiet time after the cluster recovered from a fault, before the next: uniform in [min, max] ms (default 2-6 s). */
@@ -93,14 +98,33 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosSummary> {
   const t = () => `[${((Date.now() - started) / 1000).toFixed(1).padStart(6)} s]`;
   const logDir = opts.keep ? mkdtempSync(join(tmpdir(), 'flowmq-chaos-')) : null;
   if (logDir) process.env.FLOWMQ_CLUSTER_LOGS = logDir;
-  const kinds = opts.kinds ?? (opts.pgHa ? [...FAULT_KINDS] : DEFAULT_FAULT_KINDS);
+  const kinds = opts.kinds ?? defaultFaultKinds(opts);
   if (kinds.includes('pg-failover') && !opts.pgHa) throw new Error('pg-failover needs a highly available PostgreSQL (--pg-ha)');
+  const netKind = kinds.find((k) => NETNS_KINDS.includes(k));
+  if (netKind && !opts.netns) throw new Error(`${netKind} needs each broker in its own network namespace (--netns)`);
+  if (opts.netns && kinds.includes('peer-partition'))
+    throw new Error('peer-partition is a proxy in front of each cluster port, which --netns replaces by the links (net-peers)');
   const c = await startCluster({ brokers: 0, haproxy: false, leaseMs, pgHa: opts.pgHa });
-  const ports = new Map<number, BrokerPorts>();
-  for (const id of BROKERS) {
-    ports.set(id, { kafka: await freePort(), mqtt: await freePort(), amqp: await freePort(), nats: await freePort(), cluster: await freePort() });
+  let net: NetLab | null = null;
+  try {
+    net = opts.netns ? NetLab.create({ ids: [...BROKERS, SPARE] }) : null;
+  } catch (err) {
+    await c.close();
+    throw err;
   }
-  const chaos = new ChaosCluster(c, ports, log);
+  const ports = new Map<number, BrokerPorts>();
+  for (const id of [...BROKERS, SPARE]) {
+    // In namespaces, every broker has its own address: the same ports do.
+    ports.set(id, {
+      http: await freePort(),
+      kafka: await freePort(),
+      mqtt: await freePort(),
+      amqp: await freePort(),
+      nats: await freePort(),
+      cluster: await freePort(),
+    });
+  }
+  const chaos = new ChaosCluster(c, ports, log, net, SPARE);
   const saveLog = (id: number) => {
     if (!logDir) return;
     mkdirSync(logDir, { recursive: true });
@@ -110,7 +134,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosSummary> {
   chaos.beforeRestart = saveLog;
   const stops: Array<() => Promise<unknown>> = [];
   try {
-    for (const id of BROKERS) await chaos.addProxies(id);
+    for (const id of [...BROKERS, SPARE]) await chaos.addProxies(id);
     c.backendsFor = (id) => chaos.backends(id);
     // The first broker alone (it creates the schema), then the others.
     await chaos.startBroker(1);
@@ -131,25 +155,25 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosSummary> {
     const at = (m: Map<number, number>) => (n: number) => void m.set(n, current);
     // Each client starts at another broker.
     const list = <T>(xs: T[], first: number) => [...xs.slice(first), ...xs.slice(0, first)];
-    const p = BROKERS.map((id) => ports.get(id)!);
-    const bootstrap = p.map((x) => `127.0.0.1:${x.kafka}`);
-    const sub = (opts.subscriber ?? true) ? await MqttChaosSubscriber.start(list(p, 2).map((x) => x.mqtt)) : null;
+    const p = BROKERS.map((id) => ({ ...ports.get(id)!, host: chaos.host(id) }));
+    const bootstrap = p.map((x) => `${x.host}:${x.kafka}`);
+    const sub = (opts.subscriber ?? true) ? await MqttChaosSubscriber.start(list(p, 2).map((x) => `${x.host}:${x.mqtt}`)) : null;
     if (sub) stops.push(() => sub.close());
     const kafka = new KafkaChaosLoad(bootstrap, at(sent.kafka));
     stops.push(() => kafka.drain());
     const mqttPub = new MqttChaosPublisher(
-      list(p, 1).map((x) => x.mqtt),
+      list(p, 1).map((x) => `${x.host}:${x.mqtt}`),
       at(sent.mqtt),
     );
     stops.push(() => mqttPub.close());
     const amqp = new AmqpConfirmLoad(
-      list(p, 2).map((x) => `amqp://guest:guest@127.0.0.1:${x.amqp}`),
+      list(p, 2).map((x) => `amqp://guest:guest@${x.host}:${x.amqp}`),
       20,
       { name: AMQP_QUEUE, onSend: at(sent.amqp) },
     );
     stops.push(() => amqp.drain(1000));
     const js = new JetStreamLoad(
-      list(p, 0).map((x) => x.nats),
+      list(p, 0).map((x) => `${x.host}:${x.nats}`),
       10,
       { name: JS_SUBJECT, onSend: at(sent.js) },
     );

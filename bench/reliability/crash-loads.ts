@@ -180,11 +180,12 @@ export class JetStreamLoad implements CrashLoad {
   private running = true;
   private nc: NatsConnection | null = null;
   private readonly loop: Promise<void>;
-  private readonly ports: number[];
+  /** Loopback ports or `host:port`s. */
+  private readonly ports: Array<number | string>;
   /** Index in `ports` of the broker used now (the next one after a failure). */
   private at = 0;
   constructor(
-    port: number | number[],
+    port: number | Array<number | string>,
     private readonly window = 10,
     private readonly opts: LoadOptions = {},
   ) {
@@ -196,7 +197,8 @@ export class JetStreamLoad implements CrashLoad {
     while (this.running) {
       try {
         if (!this.nc || this.nc.isClosed()) {
-          this.nc = await natsConnect({ servers: `127.0.0.1:${this.ports[this.at % this.ports.length]}`, reconnect: false, timeout: 3000 });
+          const a = this.ports[this.at % this.ports.length]!;
+          this.nc = await natsConnect({ servers: typeof a === 'number' ? `127.0.0.1:${a}` : a, reconnect: false, timeout: 3000 });
         }
         const js = jetstream(this.nc, { timeout: 5000 });
         const batch = Array.from({ length: this.window }, () => this.next++);

@@ -58,6 +58,9 @@ export class FlowmqProcess {
     /** The options it was started with (beyond the data directory and ports); a restart keeps them. */
     readonly args: string[] = [],
     readonly env: NodeJS.ProcessEnv = {},
+    /** The address its listeners bind and clients reach it at (another in a test network namespace). */
+    readonly host = '127.0.0.1',
+    readonly wrap?: string[],
   ) {
     this.exit = new Promise((r) => proc.on('exit', (code, signal) => r({ code, signal })));
     eachLine(proc.stdout!, (line) => {
@@ -76,7 +79,20 @@ export class FlowmqProcess {
 
   /** Starts a broker on free loopback ports and waits until its MQTT, Kafka and HTTP listeners are up. */
   static async start(
-    opts: { dataDir?: string; args?: string[]; env?: NodeJS.ProcessEnv; defaultHost?: boolean; startTimeoutMs?: number } = {},
+    opts: {
+      dataDir?: string;
+      args?: string[];
+      env?: NodeJS.ProcessEnv;
+      defaultHost?: boolean;
+      startTimeoutMs?: number;
+      /**
+       * Binds the protocol listeners to this address (default 127.0.0.1). The admin API stays on loopback (the first user
+       * is made there): a test reaching it at `host` forwards that port there (test/helpers/netns.ts's `forward`).
+       */
+      host?: string;
+      /** A command the launcher runs under (test/helpers/netns.ts's `ip netns exec <ns>`: it execs, the pid stays). */
+      wrap?: string[];
+    } = {},
   ): Promise<FlowmqProcess> {
     const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'flowmq-e2e-'));
     const args = [
@@ -84,7 +100,7 @@ export class FlowmqProcess {
       '--data-dir',
       dataDir,
       // defaultHost: --host left at its default (every address, both families).
-      ...(opts.defaultHost === true ? [] : ['--host', '127.0.0.1']),
+      ...(opts.defaultHost === true ? [] : ['--host', opts.host ?? '127.0.0.1']),
       '--mqtt-port',
       '0',
       '--mqtt-ws-port',
@@ -100,8 +116,9 @@ export class FlowmqProcess {
       ...(opts.args ?? []),
     ];
     // The launcher itself, as users run it (it execs Node in the same process, so signals reach the broker).
-    const proc = spawn(FLOWMQ_BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FLOWMQ_NODE: process.execPath, ...opts.env } });
-    const b = new FlowmqProcess(proc, dataDir, opts.args ?? [], opts.env ?? {});
+    const [cmd, ...pre] = [...(opts.wrap ?? []), FLOWMQ_BIN];
+    const proc = spawn(cmd!, [...pre, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FLOWMQ_NODE: process.execPath, ...opts.env } });
+    const b = new FlowmqProcess(proc, dataDir, opts.args ?? [], opts.env ?? {}, opts.host, opts.wrap);
     const startTimeoutMs = opts.startTimeoutMs ?? 20_000;
     const deadline = Date.now() + startTimeoutMs;
     while (b.ports.http === undefined) {
@@ -123,13 +140,13 @@ export class FlowmqProcess {
   }
 
   get http(): string {
-    return `http://127.0.0.1:${this.ports.http}`;
+    return `http://${this.host}:${this.ports.http}`;
   }
   get kafka(): string {
-    return `127.0.0.1:${this.ports.kafka}`;
+    return `${this.host}:${this.ports.kafka}`;
   }
   get mqttUrl(): string {
-    return `mqtt://127.0.0.1:${this.ports.mqtt}`;
+    return `mqtt://${this.host}:${this.ports.mqtt}`;
   }
   /** The NATS listener's port (from its 'listening' line, as the other protocols'). */
   get natsPort(): number {
@@ -137,7 +154,7 @@ export class FlowmqProcess {
   }
   /** `127.0.0.1:<port>` for the nats client's `servers`. */
   get natsServer(): string {
-    return `127.0.0.1:${this.ports.nats}`;
+    return `${this.host}:${this.ports.nats}`;
   }
 
   /** Credentials `api()` sends (HTTP Basic), for a broker started with a users file. */
@@ -174,7 +191,13 @@ export class FlowmqProcess {
   /** Restarts on the same data directory (new ports), with the same options unless given others. */
   async restart(args?: string[]): Promise<FlowmqProcess> {
     await this.stop();
-    return FlowmqProcess.start({ dataDir: this.dataDir, args: args ?? this.args, env: this.env });
+    return FlowmqProcess.start({
+      dataDir: this.dataDir,
+      args: args ?? this.args,
+      env: this.env,
+      host: this.host === '127.0.0.1' ? undefined : this.host,
+      wrap: this.wrap,
+    });
   }
 
   async waitForLog(pred: (l: LogLine) => boolean, timeoutMs = 5000): Promise<LogLine> {

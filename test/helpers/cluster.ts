@@ -224,7 +224,18 @@ export class TestCluster {
    * Starts a broker (default: the next unused id) and adds it to HAProxy. Resolves once its listeners are up (it
    * has registered then; use waitSettled for its share of the work).
    */
-  async startBroker(o: { id?: number; args?: string[]; env?: NodeJS.ProcessEnv; proxy?: boolean; startTimeoutMs?: number } = {}): Promise<ClusterBroker> {
+  async startBroker(
+    o: {
+      id?: number;
+      args?: string[];
+      env?: NodeJS.ProcessEnv;
+      proxy?: boolean;
+      startTimeoutMs?: number;
+      /** The address it binds and is reached at, and the command it runs under (a test network namespace's). */
+      host?: string;
+      wrap?: string[];
+    } = {},
+  ): Promise<ClusterBroker> {
     const id = o.id ?? Math.max(0, ...this.brokers.map((b) => b.id)) + 1;
     const dataDir = mkdtempSync(join(tmpdir(), `flowmq-cluster-b${id}-`));
     this.dirs.push(dataDir);
@@ -235,6 +246,8 @@ export class TestCluster {
       // Three brokers start at once (and a test file may run beside the cluster: scripts/test.mjs `apart`); how
       // fast a start is is not what these tests judge.
       startTimeoutMs: o.startTimeoutMs ?? 60_000,
+      host: o.host,
+      wrap: o.wrap,
     });
     const b: ClusterBroker = {
       id,
@@ -251,7 +264,7 @@ export class TestCluster {
         return proc.mqttUrl;
       },
       get amqpUrl() {
-        return `amqp://127.0.0.1:${proc.ports.amqp}`;
+        return `amqp://${proc.host}:${proc.ports.amqp}`;
       },
       get natsServer() {
         return proc.natsServer;
@@ -308,6 +321,14 @@ export class TestCluster {
     const r = await b.proc.stop('SIGTERM');
     b.state = 'dead';
     return r;
+  }
+
+  /** A broker that left for good (stopped or killed): no longer one of `brokers`, so nothing waits for it. */
+  forget(id: number): void {
+    const i = this.brokers.findIndex((b) => b.id === id);
+    if (i < 0) return;
+    if (this.brokers[i]!.state !== 'dead') throw new Error(`broker ${id} still runs: stop or kill it first`);
+    this.brokers.splice(i, 1);
   }
 
   /** CPU time (user + system, ms) the broker's process has used so far. */

@@ -2,6 +2,8 @@
  * A fault-injecting TCP proxy for tests and the chaos runner (bench/reliability/chaos.ts): listens on a free loopback
  * port and forwards every connection to `target`; whoever holds it switches its mode at any moment:
  * - `pass`: bytes flow both ways (the default);
+ * - `delay`: bytes flow both ways, each chunk held `delayMs` (a slow network or a slow server; order kept; flow
+ *   control is not applied to what is held). Back to `pass`, what is held goes at once;
  * - `stall`: nothing moves: open connections stop reading (their bytes wait in the kernel's buffers, TCP flow control
  *   holds the senders), new connections are accepted but not connected onward; back to `pass`, everything queued
  *   flows on, late. This is a network partition short enough for TCP to survive it: a stalled writer's requests
@@ -16,11 +18,55 @@
  */
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 
-export type ProxyMode = 'pass' | 'stall' | 'cut' | 'tear';
+export type ProxyMode = 'pass' | 'delay' | 'stall' | 'cut' | 'tear';
+
+/** Writes each chunk `delayMs` after it came (at the earliest), in the order they came. */
+class DelayedWriter {
+  private readonly queue: Array<{ due: number; data: Buffer }> = [];
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(private readonly to: Socket) {}
+
+  write(data: Buffer, delayMs: number): void {
+    const last = this.queue.at(-1)?.due ?? 0;
+    this.queue.push({ due: Math.max(Date.now() + delayMs, last), data });
+    this.schedule();
+  }
+
+  /** Everything still held, written now (the delay lifted). */
+  flush(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    for (const q of this.queue.splice(0)) if (!this.to.destroyed) this.to.write(q.data);
+  }
+
+  get pending(): boolean {
+    return this.queue.length > 0;
+  }
+
+  private schedule(): void {
+    if (this.timer || this.queue.length === 0) return;
+    this.timer = setTimeout(
+      () => {
+        this.timer = null;
+        const now = Date.now();
+        while (this.queue.length > 0 && this.queue[0]!.due <= now) {
+          const q = this.queue.shift()!;
+          if (!this.to.destroyed) this.to.write(q.data);
+        }
+        this.schedule();
+      },
+      Math.max(0, this.queue[0]!.due - Date.now()),
+    );
+  }
+}
 
 interface Pair {
   client: Socket;
   upstream: Socket | null;
+  /** Chunks held back by `delay`, per direction (made on first use). */
+  toUpstream?: DelayedWriter;
+  toClient?: DelayedWriter;
   /** Open while the proxy was in `tear`; `torn`: half of a chunk passed on, the rest held back. */
   tearing?: boolean;
   torn?: boolean;
@@ -30,6 +76,8 @@ interface Pair {
 
 export class FaultProxy {
   private mode: ProxyMode = 'pass';
+  /** `delay`: how long each chunk is held, ms. */
+  private delayMs = 0;
   private readonly pairs = new Set<Pair>();
   /** Connections accepted, and cut by a fault, since the start. */
   accepted = 0;
@@ -41,16 +89,17 @@ export class FaultProxy {
     private readonly server: Server,
     readonly port: number,
     readonly target: { host: string; port: number },
+    readonly host = '127.0.0.1',
   ) {}
 
-  /** A proxy on 127.0.0.1:<free port> to `target`. */
-  static async start(target: { host?: string; port: number }): Promise<FaultProxy> {
+  /** A proxy on `listen` (default 127.0.0.1), a free port, to `target`. */
+  static async start(target: { host?: string; port: number }, listen = '127.0.0.1'): Promise<FaultProxy> {
     const server = createServer({ noDelay: true });
     const port = await new Promise<number>((resolve, reject) => {
       server.once('error', reject);
-      server.listen(0, '127.0.0.1', () => resolve((server.address() as { port: number }).port));
+      server.listen(0, listen, () => resolve((server.address() as { port: number }).port));
     });
-    const p = new FaultProxy(server, port, { host: target.host ?? '127.0.0.1', port: target.port });
+    const p = new FaultProxy(server, port, { host: target.host ?? '127.0.0.1', port: target.port }, listen);
     server.on('connection', (s) => p.accept(s));
     return p;
   }
@@ -61,7 +110,7 @@ export class FaultProxy {
 
   /** `host:port` clients connect to. */
   get address(): string {
-    return `127.0.0.1:${this.port}`;
+    return `${this.host}:${this.port}`;
   }
 
   private accept(client: Socket): void {
@@ -94,16 +143,24 @@ export class FaultProxy {
             client.pause();
             return;
           }
+          if (this.mode === 'delay' || pair.toUpstream?.pending) {
+            (pair.toUpstream ??= new DelayedWriter(up)).write(d, this.delayMs);
+            return;
+          }
           if (!up.write(d)) client.pause();
         });
         up.on('data', (d: Buffer) => {
+          if (this.mode === 'delay' || pair.toClient?.pending) {
+            (pair.toClient ??= new DelayedWriter(client)).write(d, this.delayMs);
+            return;
+          }
           if (!client.write(d)) up.pause();
         });
         up.on('drain', () => {
-          if (this.mode === 'pass') client.resume();
+          if (this.mode === 'pass' || this.mode === 'delay') client.resume();
         });
         client.on('drain', () => {
-          if (this.mode === 'pass') up.resume();
+          if (this.mode === 'pass' || this.mode === 'delay') up.resume();
         });
         up.on('error', end);
         up.on('close', end);
@@ -123,14 +180,15 @@ export class FaultProxy {
       if (!pair.upstream) this.pairs.delete(pair);
     });
     this.pairs.add(pair);
-    if (this.mode === 'pass') pair.open();
+    if (this.mode === 'pass' || this.mode === 'delay') pair.open();
     else client.pause();
   }
 
-  /** Switches the mode; `cut` resets every open connection. */
-  set(mode: ProxyMode): void {
+  /** Switches the mode (`delay`: each chunk held `delayMs`); `cut` resets every open connection. */
+  set(mode: ProxyMode, delayMs = 0): void {
     const was = this.mode;
     this.mode = mode;
+    this.delayMs = mode === 'delay' ? delayMs : 0;
     for (const pair of [...this.pairs]) {
       if (was === 'tear' && mode !== 'tear' && pair.upstream) {
         // Torn (or at least held in the tear): the connection ends here, its request cut short.
@@ -151,6 +209,10 @@ export class FaultProxy {
         pair.client.pause();
         pair.upstream?.pause();
       } else {
+        if (mode === 'pass') {
+          pair.toUpstream?.flush();
+          pair.toClient?.flush();
+        }
         if (!pair.upstream) pair.open();
         pair.client.resume();
         pair.upstream?.resume();
