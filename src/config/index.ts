@@ -29,8 +29,14 @@ export type ObjectStoreSetting = { kind: 'fs' } | { kind: 's3'; bucket: string; 
 export interface Config {
   dataDir: string;
   metastore: MetastoreSetting;
-  /** The hot tier: local WAL files (--wal-layout...) or a PostgreSQL table in the metastore's database. */
-  wal: 'file' | 'postgres';
+  /**
+   * The hot tier: local WAL files (--wal-layout...), a PostgreSQL table in the metastore's database, or objects in the
+   * object store indexed in that database (diskless).
+   */
+  wal: 'file' | 'postgres' | 'object';
+  /** --wal object: how long appends are gathered into one object (ms), and the most bytes one holds. */
+  walObjectWindow: number;
+  walObjectMaxBytes: number;
   objectStore: ObjectStoreSetting;
   s3Endpoint: string | null;
   s3Region: string;
@@ -330,7 +336,21 @@ export const OPTIONS: readonly OptionSpec[] = [
     name: 'wal',
     kind: 'wal',
     default: 'file',
-    help: 'the hot tier that acknowledges writes: file (WAL files in the data directory, see --wal-layout) or postgres (a table in the --metastore database, for brokers without a durable local disk)',
+    help: 'the hot tier that acknowledges writes: file (WAL files in the data directory, see --wal-layout), postgres (a table in the --metastore database, for brokers without a durable local disk) or object (diskless: appends gathered for --wal-object-window, written as one object to the --object-store, indexed in the --metastore database; acknowledged after both)',
+  },
+  {
+    key: 'walObjectWindow',
+    name: 'wal-object-window',
+    kind: 'duration',
+    default: 100,
+    help: 'with --wal object: how long appends are gathered into one object after the first of a window (the acknowledgement waits for it; 0: write each group at once)',
+  },
+  {
+    key: 'walObjectMaxBytes',
+    name: 'wal-object-max-bytes',
+    kind: 'size',
+    default: 8 * 1024 * 1024,
+    help: 'with --wal object: a window is written at once when it holds this many bytes',
   },
   {
     key: 'objectStore',
@@ -1269,7 +1289,7 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
       if (str !== 'drop' && str !== 'disconnect') throw bad('expected drop or disconnect');
       return str;
     case 'wal':
-      if (str !== 'file' && str !== 'postgres') throw bad('expected file or postgres');
+      if (str !== 'file' && str !== 'postgres' && str !== 'object') throw bad('expected file, postgres or object');
       return str;
     case 'metastore':
       return parseMetastore(str, bad);
@@ -1496,6 +1516,10 @@ export function loadConfig(src: ConfigSources = {}): Config {
   if (cfg.wal === 'postgres' && (cfg.metastore as MetastoreSetting).kind !== 'postgres') {
     throw new ConfigError("wal postgres keeps the WAL in the metastore's database: it needs --metastore postgres://...");
   }
+  if (cfg.wal === 'object' && (cfg.metastore as MetastoreSetting).kind !== 'postgres') {
+    throw new ConfigError("wal object indexes its objects in the metastore's database: it needs --metastore postgres://...");
+  }
+  if ((cfg.walObjectMaxBytes as number) < 1024) throw new ConfigError('wal-object-max-bytes must be at least 1KiB');
   if ((cfg.s3AccessKeyId === null) !== (cfg.s3SecretAccessKey === null)) {
     throw new ConfigError("S3 credentials need both s3-access-key-id and s3-secret-access-key (or neither, for the AWS SDK's own chain)");
   }
@@ -1526,7 +1550,7 @@ export function loadConfig(src: ConfigSources = {}): Config {
     // take it over. Refused here, before anything is opened, with what to change.
     const missing: string[] = [];
     if ((cfg.metastore as MetastoreSetting).kind !== 'postgres') missing.push('--metastore postgres://... (not the embedded SQLite file)');
-    if (cfg.wal !== 'postgres') missing.push("--wal postgres (not WAL files on this broker's disk)");
+    if (cfg.wal === 'file') missing.push("--wal postgres or object (not WAL files on this broker's disk)");
     if ((cfg.objectStore as ObjectStoreSetting).kind !== 's3') missing.push('an s3://bucket/prefix --object-store (not the data directory)');
     if (cfg.clusterSecret === null) missing.push("--cluster-secret (the brokers' shared channel secret)");
     if (missing.length > 0) throw new ConfigError(`--cluster needs shared backends every broker reaches: ${missing.join('; ')}`);

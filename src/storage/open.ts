@@ -126,6 +126,14 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
 
     const walLogger = logger.child({ component: 'wal' });
     const openWal = (layout: 'partition' | 'shared' = config.walLayout): Promise<WriteAheadLog> => {
+      if (config.wal === 'object') {
+        if (!pgOptions) throw new FlowError('CONFIG_ERROR', 'wal object needs --metastore postgres://...');
+        return reach(`object WAL indexed at ${redactUrl(pgOptions.url)}`, () =>
+          import('./wal/object-wal.js').then(({ ObjectWal }) =>
+            ObjectWal.open({ ...pgOptions, logger: walLogger, objects, windowMs: config.walObjectWindow, maxObjectBytes: config.walObjectMaxBytes }),
+          ),
+        );
+      }
       if (config.wal === 'postgres') {
         if (!pgOptions) throw new FlowError('CONFIG_ERROR', 'wal postgres needs --metastore postgres://...');
         return reach(`PostgreSQL WAL at ${redactUrl(pgOptions.url)}`, () =>
@@ -137,7 +145,13 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
         : FileWal.open(join(dataDir, 'wal'), { fsync: config.walFsync, directIo: config.walDirectIo ?? false, logger: walLogger });
     };
 
-    const description = `${metastore.kind} metastore, ${config.wal === 'postgres' ? 'postgres WAL' : `file WAL (${config.walLayout} layout)`}, ${objectsDescription}`;
+    const walDescription =
+      config.wal === 'postgres'
+        ? 'postgres WAL'
+        : config.wal === 'object'
+          ? `object WAL (${config.walObjectWindow} ms windows)`
+          : `file WAL (${config.walLayout} layout)`;
+    const description = `${metastore.kind} metastore, ${walDescription}, ${objectsDescription}`;
     return {
       metastore,
       objects,

@@ -47,3 +47,40 @@ export const walMigrations: readonly PgMigration[] = [
     `,
   },
 ];
+
+/**
+ * Schema migrations of the object WAL (object-wal.ts), recorded apart (flowmq_object_wal_schema_migrations). It
+ * fences keys with the PostgreSQL WAL's wal_epochs and flowmq_wal_lock, so walMigrations run first.
+ */
+export const objectWalMigrations: readonly PgMigration[] = [
+  {
+    version: 1,
+    name: 'object WAL objects and ranges',
+    sql: `
+      -- Every object written and indexed: trim deletes a row (then the object) once no range names it.
+      CREATE TABLE wal_objects (
+        object_key text COLLATE "C" NOT NULL PRIMARY KEY,
+        bytes      bigint NOT NULL,
+        created    timestamptz NOT NULL DEFAULT now()
+      );
+      -- One row per object and key: the key's entries of one window, bytes [position, position + bytes) of the
+      -- object, entry i being bases[i]..ends[i] (offsets), sizes[i] bytes, written under epochs[i]. id orders the log.
+      CREATE TABLE wal_object_ranges (
+        id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        key         text COLLATE "C" NOT NULL,
+        base_offset bigint NOT NULL,
+        end_offset  bigint NOT NULL,
+        epoch       bigint NOT NULL,
+        object_key  text COLLATE "C" NOT NULL,
+        position    bigint NOT NULL,
+        bytes       integer NOT NULL,
+        bases       bigint[] NOT NULL,
+        ends        bigint[] NOT NULL,
+        sizes       integer[] NOT NULL,
+        epochs      bigint[] NOT NULL
+      );
+      CREATE INDEX wal_object_ranges_by_key ON wal_object_ranges (key, end_offset);
+      CREATE INDEX wal_object_ranges_by_object ON wal_object_ranges (object_key);
+    `,
+  },
+];
