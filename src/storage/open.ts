@@ -128,8 +128,12 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
     const openWal = (layout: 'partition' | 'shared' = config.walLayout): Promise<WriteAheadLog> => {
       if (config.wal === 'postgres') {
         if (!pgOptions) throw new FlowError('CONFIG_ERROR', 'wal postgres needs --metastore postgres://...');
-        return reach(`PostgreSQL WAL at ${redactUrl(pgOptions.url)}`, () =>
-          import('./wal/postgres-wal.js').then(({ PostgresWal }) => PostgresWal.open({ ...pgOptions, logger: walLogger })),
+        const shards = config.walShards;
+        const where = shards.length > 0 ? `sharded over ${shards.map(redactUrl).join(', ')}` : `at ${redactUrl(pgOptions.url)}`;
+        // Each shard has a pool of its own, sized and timed out as the single WAL's was.
+        const { url: _metastoreUrl, ...pgShard } = pgOptions;
+        return reach(`PostgreSQL WAL ${where}`, () =>
+          import('./wal/shard-list.js').then(({ openPostgresWal }) => openPostgresWal({ metastoreUrl: pgOptions.url, shards, pg: pgShard, logger: walLogger })),
         );
       }
       return layout === 'partition'
@@ -137,7 +141,13 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
         : FileWal.open(join(dataDir, 'wal'), { fsync: config.walFsync, directIo: config.walDirectIo ?? false, logger: walLogger });
     };
 
-    const description = `${metastore.kind} metastore, ${config.wal === 'postgres' ? 'postgres WAL' : `file WAL (${config.walLayout} layout)`}, ${objectsDescription}`;
+    const walDescription =
+      config.wal === 'postgres'
+        ? config.walShards.length > 1
+          ? `postgres WAL (${config.walShards.length} shards)`
+          : 'postgres WAL'
+        : `file WAL (${config.walLayout} layout)`;
+    const description = `${metastore.kind} metastore, ${walDescription}, ${objectsDescription}`;
     return {
       metastore,
       objects,
