@@ -7,7 +7,8 @@
  * in the same run on the filesystem the broker writes to.
  *
  * SELECTION: `mqtt`, `kafka`, `storage`, `amqp`, `nats`, `cluster`, `idle`, or scenario names (`npm run bench -- --list`); default: everything.
- * Storage scenarios run each measurement with embedded storage and with PostgreSQL + S3 (shared-storage.ts).
+ * Storage scenarios run each measurement with embedded storage, with PostgreSQL + S3, and (produce and latency) with
+ * the PostgreSQL WAL sharded over two servers (shared-storage.ts).
  * AMQP scenarios run against FlowMQ and a private RabbitMQ node (rabbitmq.ts, Debian's rabbitmq-server) with the
  * same amqplib load generator (amqp.ts).
  * NATS scenarios run against FlowMQ and a private nats-server (nats-server.ts, Debian's nats-server) with the same
@@ -39,7 +40,7 @@ import {
 } from './brokers.js';
 import { diskFsyncBandwidth, type DiskResult } from './disk.js';
 import { kafkaLatency, kafkaProduceBatches, kafkaProduceThroughput, kafkaReplay, type LatencyResult, type ProduceResult, type ReplayResult } from './kafka.js';
-import { sharedStorageArgs } from './shared-storage.js';
+import { shardedStorageArgs, sharedStorageArgs } from './shared-storage.js';
 import { AuthFlood, SaslProducer } from './auth-flood.js';
 import { runMqttLoad, type MqttLoadOptions, type MqttLoadResult } from './mqtt.js';
 import { measureIdle, startFloor, type IdleProtocol, type IdleResult } from './idle.js';
@@ -121,8 +122,8 @@ const CFG = {
   replaySegment: process.env.BENCH_REPLAY_SEGMENT || '8MiB',
   /** storage-replay: the consumers' partition max bytes (one Fetch outstanding per partition). */
   replayFetchBytes: int('BENCH_REPLAY_FETCH_BYTES', 16 * 1024 * 1024),
-  /** Storage configurations the storage scenarios run (comma-separated: embedded, shared). */
-  storageConfigs: (process.env.BENCH_STORAGE_CONFIGS || 'embedded,shared').split(',').map((c) => c.trim()),
+  /** Storage configurations the storage scenarios run (comma-separated: embedded, shared, sharded). */
+  storageConfigs: (process.env.BENCH_STORAGE_CONFIGS || 'embedded,shared,sharded').split(',').map((c) => c.trim()),
   /** AMQP scenarios: their own measured seconds and warm-up (a queue's steady state takes longer than a topic's). */
   amqpSeconds: num('BENCH_AMQP_SECONDS', 10),
   amqpWarmupS: num('BENCH_AMQP_WARMUP', 3),
@@ -170,6 +171,8 @@ interface Row {
   flowmq: string;
   peer: string;
   ratio: string;
+  /** Cells between `peer` and `ratio` (the storage group's sharded configuration). */
+  extra?: string[];
   data: Record<string, unknown>;
 }
 
@@ -355,7 +358,7 @@ async function storageFigures(b: Broker): Promise<Record<string, unknown> | null
 // ------------------------------------------------------------------ storage scenarios: embedded vs shared
 
 interface StorageConfig {
-  id: 'embedded' | 'shared';
+  id: 'embedded' | 'shared' | 'sharded';
   label: string;
   /** Options of a broker with a fresh store of this kind. */
   args(): Promise<string[]>;
@@ -366,7 +369,12 @@ interface StorageConfig {
 const STORAGE_CONFIGS: StorageConfig[] = [
   { id: 'embedded', label: 'embedded (SQLite, file WAL, fs objects)', args: async () => [], p99TargetMs: 10 },
   { id: 'shared', label: 'PostgreSQL metastore + WAL, S3 objects (s3rver)', args: sharedStorageArgs, p99TargetMs: 25 },
+  // Produce and latency only: the other scenarios measure the object store and the log engine, the same here.
+  { id: 'sharded', label: 'the same, WAL sharded over 2 PostgreSQL servers', args: shardedStorageArgs, p99TargetMs: 25 },
 ];
+
+/** The sharded configuration's column is shown when it is selected. */
+const SHARDED_SHOWN = CFG.storageConfigs.includes('sharded');
 
 /** Cold replay target of the S3 configuration (MB/s). */
 const REPLAY_TARGET_MBPS = 100;
@@ -374,10 +382,10 @@ const REPLAY_TARGET_MBPS = 100;
 const storagePeaks = new Map<StorageConfig['id'], ProduceResult>();
 
 /** Runs `fn` for each storage configuration; a failure of one is reported in its cell, the other still runs. */
-async function perConfig<T>(fn: (c: StorageConfig) => Promise<T>): Promise<Map<StorageConfig['id'], Outcome<T>>> {
+async function perConfig<T>(fn: (c: StorageConfig) => Promise<T>, ids?: ReadonlyArray<StorageConfig['id']>): Promise<Map<StorageConfig['id'], Outcome<T>>> {
   const out = new Map<StorageConfig['id'], Outcome<T>>();
   for (const c of STORAGE_CONFIGS) {
-    if (!CFG.storageConfigs.includes(c.id)) continue;
+    if (!CFG.storageConfigs.includes(c.id) || (ids !== undefined && !ids.includes(c.id))) continue;
     try {
       out.set(c.id, { ok: true, value: await fn(c) });
     } catch (e) {
@@ -1284,14 +1292,20 @@ const scenarios: Scenario[] = [
         `${fmt(v.mbPerSec, 1)} MB/s (${fmt(v.recordsPerSec)} records/s; ack p50 / p99 ${fmt(v.ack.p50, 1)} / ${fmt(v.ack.p99, 1)} ms${v.errors ? `; ${v.errors} errors` : ''})`;
       const e = r.get('embedded');
       const s = r.get('shared');
+      const sh = r.get('sharded');
+      const ratios = [
+        ...(e?.ok && s?.ok ? [`PostgreSQL + S3 at ${fmt((100 * s.value.mbPerSec) / e.value.mbPerSec, 0)}% of embedded`] : []),
+        ...(s?.ok && sh?.ok ? [`sharded WAL at ${fmt((100 * sh.value.mbPerSec) / s.value.mbPerSec, 0)}% of one PostgreSQL`] : []),
+      ];
       rows.push({
         group: 'storage',
         scenario: 'storage-produce',
         title,
         flowmq: cell(e, show),
         peer: cell(s, show),
-        ratio: e?.ok && s?.ok ? `PostgreSQL + S3 at ${fmt((100 * s.value.mbPerSec) / e.value.mbPerSec, 0)}% of embedded` : '-',
-        data: { options: o, embedded: e, shared: s },
+        ...(SHARDED_SHOWN ? { extra: [cell(sh, show)] } : {}),
+        ratio: ratios.length > 0 ? ratios.join('; ') : '-',
+        data: { options: o, embedded: e, shared: s, sharded: sh },
       });
     },
   },
@@ -1309,9 +1323,9 @@ const scenarios: Scenario[] = [
           : `half of ${fmt(v.peakMbPerSec, 1)}${v.calibrated ? ', a 3 s calibration' : ''}`;
         return `${fmt(v.r.produceAck.p50, 1)} / ${fmt(v.r.produceAck.p99, 1)} ms at ${fmt(v.r.achievedMbPerSec, 1)} MB/s (${rate}${q}${bs})`;
       };
-      const verdicts = STORAGE_CONFIGS.map((c) => {
+      const verdicts = STORAGE_CONFIGS.filter((c) => c.id !== 'sharded' || SHARDED_SHOWN).map((c) => {
         const o = r.get(c.id);
-        const name = c.id === 'embedded' ? 'embedded' : 'PostgreSQL';
+        const name = c.id === 'embedded' ? 'embedded' : c.id === 'sharded' ? 'sharded PostgreSQL' : 'PostgreSQL';
         return `${name} p99 < ${c.p99TargetMs} ms: ${o?.ok ? (o.value.r.produceAck.p99 < c.p99TargetMs ? 'met' : 'not met') : 'not measured'}`;
       });
       rows.push({
@@ -1320,8 +1334,9 @@ const scenarios: Scenario[] = [
         title: `produce → ack latency p50 / p99, producers only, ${process.env.BENCH_STORAGE_LATENCY_MBPS ? `at ${process.env.BENCH_STORAGE_LATENCY_MBPS} MB/s (BENCH_STORAGE_LATENCY_MBPS; the targets are set at half of each one's peak)` : "at half of each configuration's own peak"}: a batch per partition every ${CFG.kafkaLingerMs} ms, ≤ ${CFG.kafkaInflight} in flight per connection`,
         flowmq: cell(r.get('embedded'), show),
         peer: cell(r.get('shared'), show),
+        ...(SHARDED_SHOWN ? { extra: [cell(r.get('sharded'), show)] } : {}),
         ratio: verdicts.join('; '),
-        data: { embedded: r.get('embedded'), shared: r.get('shared') },
+        data: { embedded: r.get('embedded'), shared: r.get('shared'), sharded: r.get('sharded') },
       });
     },
   },
@@ -1330,7 +1345,7 @@ const scenarios: Scenario[] = [
     group: 'storage',
     title: 'cold replay from the object store',
     run: async () => {
-      const r = await perConfig(replayRun);
+      const r = await perConfig(replayRun, ['embedded', 'shared']);
       const show = (v: ReplayRun) =>
         `${fmt(v.replay.mbPerSec, 1)} MB/s (${fmt(v.producedMb, 0)} MB in ${fmt(v.segments)} segments read in ${fmt(v.replay.seconds, 1)} s, ${fmt(v.replay.fetches)} fetches)`;
       const s = r.get('shared');
@@ -1849,7 +1864,7 @@ async function main(): Promise<void> {
   const groups: [Group, string[]][] = [
     ['mqtt', ['MQTT scenario', 'FlowMQ', `Mosquitto ${mosqVersion ?? ''}`.trim(), 'FlowMQ / Mosquitto']],
     ['kafka', ['Kafka scenario', 'FlowMQ', 'this machine', 'FlowMQ vs machine / target']],
-    ['storage', ['Storage scenario', ...STORAGE_CONFIGS.map((c) => c.label), 'target']],
+    ['storage', ['Storage scenario', ...STORAGE_CONFIGS.filter((c) => c.id !== 'sharded' || SHARDED_SHOWN).map((c) => c.label), 'target']],
     ['amqp', ['AMQP scenario', 'FlowMQ', `RabbitMQ ${RABBITMQ_VERSION ?? '(not installed)'}`, 'FlowMQ / RabbitMQ, target']],
     ['nats', ['NATS scenario', 'FlowMQ', `nats-server ${NATS_SERVER_VERSION ?? '(not installed)'}`, 'FlowMQ / nats-server, target']],
     ['cluster', ['Cluster scenario', 'FlowMQ', '-', 'scaling / target']],
@@ -1861,7 +1876,8 @@ async function main(): Promise<void> {
     console.log(
       table(
         header,
-        rs.map((r) => [r.title, r.flowmq, r.peer, r.ratio]),
+        // A row without the extra cells of its group's header (a storage scenario the sharded configuration skips): '-'.
+        rs.map((r) => [r.title, r.flowmq, r.peer, ...(r.extra ?? Array.from({ length: header.length - 4 }, () => '-')), r.ratio]),
       ) + '\n',
     );
   }

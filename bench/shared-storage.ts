@@ -4,6 +4,10 @@
  * server runs) and s3rver, both on this machine, started once per run and stopped by cleanupAll.
  *
  * Every broker gets a database and a bucket prefix of its own, so brokers of one run never see each other's data.
+ *
+ * The sharded configuration (shardedStorageArgs) is the same with the WAL sharded over two PostgreSQL servers
+ * (`--wal-shard`): a shard database on the server above, beside the metastore's, and one on a second server, started
+ * at its first use with the same settings.
  */
 import pg from 'pg';
 import { copyFile, mkdir } from 'node:fs/promises';
@@ -36,6 +40,31 @@ export function sharedServices(): Promise<SharedServices> {
     return { postgres, s3 };
   })();
   return services;
+}
+
+let second: Promise<PostgresServer> | null = null;
+
+/** The second PostgreSQL server of the sharded configuration, started at the first call. */
+function secondPostgres(): Promise<PostgresServer> {
+  second ??= (async () => {
+    const postgres = await startPostgres({ durable: true });
+    onCleanup(() => postgres.stop());
+    await applySettings(postgres, process.env.BENCH_PG_SETTINGS ?? '');
+    return postgres;
+  })();
+  return second;
+}
+
+/**
+ * Broker options for fresh databases and a bucket prefix: PostgreSQL metastore, the WAL sharded over a database on
+ * each of two servers (the metastore's and a second one), S3 objects.
+ */
+export async function shardedStorageArgs(): Promise<string[]> {
+  const [{ postgres }, other] = await Promise.all([sharedServices(), secondPostgres()]);
+  const args = await sharedStorageArgs();
+  const n = brokers;
+  const shards = [await postgres.createDatabase(`bench_${n}_wal0`), await other.createDatabase(`bench_${n}_wal1`)];
+  return [...args, ...shards.flatMap((u) => ['--wal-shard', u])];
 }
 
 /** Broker options for a fresh database and bucket prefix: PostgreSQL metastore and WAL, S3 objects. */

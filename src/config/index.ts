@@ -10,7 +10,7 @@ import { FlowError } from '../core/errors.js';
 import { SASL_MECHANISMS } from './sasl-mechanisms.js';
 import { ANY_ADDRESS, addressFilter, hostName } from '../util/address.js';
 import { parseDuration, parseSize } from '../util/units.js';
-import { parsePostgresUrl } from '../util/pg-url.js';
+import { type MetastoreSetting, type ObjectStoreSetting, parseEndpoints, parseMetastore, parseObjectStore, parseWalShards, redactUrl } from './values.js';
 
 export { parseDuration, parseSize } from '../util/units.js';
 
@@ -21,10 +21,8 @@ export { parseDuration, parseSize } from '../util/units.js';
 export const PROTOCOLS = ['mqtt', 'kafka', 'amqp', 'nats'] as const;
 export type Protocol = (typeof PROTOCOLS)[number];
 
-/** Where metadata lives: the embedded SQLite file in the data directory, or a PostgreSQL database. */
-export type MetastoreSetting = { kind: 'sqlite' } | { kind: 'postgres'; url: string };
-/** Where sealed segments live: the data directory, or an S3-compatible bucket under a key prefix. */
-export type ObjectStoreSetting = { kind: 'fs' } | { kind: 's3'; bucket: string; prefix: string };
+export type { MetastoreSetting, ObjectStoreSetting } from './values.js';
+export { redactUrl } from './values.js';
 
 export interface Config {
   dataDir: string;
@@ -37,6 +35,8 @@ export interface Config {
   /** --wal object: how long appends are gathered into one object (ms), and the most bytes one holds. */
   walObjectWindow: number;
   walObjectMaxBytes: number;
+  /** PostgreSQL WAL shards (--wal-shard), in order; empty: the metastore's database alone. */
+  walShards: string[];
   objectStore: ObjectStoreSetting;
   s3Endpoint: string | null;
   s3Region: string;
@@ -265,6 +265,7 @@ type Kind =
   | 'slow-consumer'
   | 'metastore'
   | 'wal'
+  | 'wal-shards'
   | 'object-store'
   | 'url'
   | 'tls-client-auth'
@@ -351,6 +352,14 @@ export const OPTIONS: readonly OptionSpec[] = [
     kind: 'size',
     default: 8 * 1024 * 1024,
     help: 'with --wal object: a window is written at once when it holds this many bytes',
+  },
+  {
+    key: 'walShards',
+    name: 'wal-shard',
+    kind: 'wal-shards',
+    default: [],
+    defaultText: "the metastore's database",
+    help: 'with --wal postgres: a PostgreSQL database URL holding a shard of the WAL, repeated once per shard (or a comma list), each best on a server of its own; partitions are placed by a hash of their name over the list. Every broker of a cluster must be given the same list, in the same order: it is recorded in the metastore at the first start and a broker given another is refused (see docs/storage.md)',
   },
   {
     key: 'objectStore',
@@ -1254,8 +1263,8 @@ export function envName(name: string): string {
 function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Config] {
   // A value that may hold a secret is not echoed whole: error lines end up in logs.
   const shown =
-    spec.kind === 'metastore' && typeof raw === 'string'
-      ? JSON.stringify(redactUrl(raw))
+    (spec.kind === 'metastore' || spec.kind === 'wal-shards') && (typeof raw === 'string' || Array.isArray(raw))
+      ? JSON.stringify(typeof raw === 'string' ? redactUrl(raw) : raw.map((u) => redactUrl(String(u))))
       : spec.name.includes('secret') || spec.name.endsWith('-token')
         ? '"***"'
         : JSON.stringify(raw);
@@ -1293,6 +1302,8 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
       return str;
     case 'metastore':
       return parseMetastore(str, bad);
+    case 'wal-shards':
+      return parseWalShards(str, bad);
     case 'object-store':
       return parseObjectStore(str, bad);
     case 'url': {
@@ -1390,79 +1401,6 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
   }
 }
 
-/** `name=host:port,...` (a YAML mapping in a config file): advertised listener addresses. */
-function parseEndpoints(v: unknown, bad: (why: string) => ConfigError): Record<string, { host: string; port: number }> {
-  const pairs: Array<[string, unknown]> =
-    typeof v === 'string'
-      ? v
-          .split(',')
-          .filter((x) => x.trim() !== '')
-          .map((x) => {
-            const i = x.indexOf('=');
-            if (i <= 0) throw bad('expected name=host:port,...');
-            return [x.slice(0, i).trim(), x.slice(i + 1).trim()];
-          })
-      : v !== null && typeof v === 'object' && !Array.isArray(v)
-        ? Object.entries(v as Record<string, unknown>)
-        : (() => {
-            throw bad('expected name=host:port,...');
-          })();
-  const out: Record<string, { host: string; port: number }> = {};
-  for (const [name, addr] of pairs) {
-    const m = typeof addr === 'string' ? /^(\[[^\]]+\]|[^:]+):(\d{1,5})$/.exec(addr) : null;
-    const port = m ? Number(m[2]) : NaN;
-    if (!/^[a-z][a-z0-9-]*$/.test(name) || !m || port < 1 || port > 65535) throw bad(`"${name}=${String(addr)}" is not name=host:port`);
-    out[name] = { host: m[1].replace(/^\[|\]$/g, ''), port };
-  }
-  return out;
-}
-
-/** `sqlite`, or a `postgres://` / `postgresql://` URL naming at least a host (and a database: the path). */
-function parseMetastore(v: unknown, bad: (why: string) => ConfigError): MetastoreSetting {
-  if (typeof v === 'object' && v !== null && 'kind' in v) return v as MetastoreSetting; // a default or a parsed value
-  if (v === 'sqlite') return { kind: 'sqlite' };
-  if (typeof v !== 'string') throw bad('expected sqlite or postgres://user:password@host:port/database');
-  if (!/^postgres(ql)?:\/\//.test(v)) throw bad('expected sqlite or a postgres:// URL');
-  // Several hosts (libpq's postgres://h1:p1,h2:p2/db?target_session_attrs=read-write) are tried in order.
-  let hosts: number;
-  let first: URL;
-  try {
-    const parsed = parsePostgresUrl(v);
-    hosts = parsed.hosts.length;
-    first = new URL(parsed.urls[0]);
-  } catch (err) {
-    throw bad(`expected sqlite or postgres://user:password@host:port[,host:port...]/database (${(err as Error).message})`);
-  }
-  if (hosts === 0 && !first.searchParams.has('host')) throw bad('the PostgreSQL URL names no host');
-  return { kind: 'postgres', url: v };
-}
-
-/** `fs`, or `s3://bucket[/prefix]` with a valid bucket name (3-63 of a-z 0-9 . -). */
-function parseObjectStore(v: unknown, bad: (why: string) => ConfigError): ObjectStoreSetting {
-  if (typeof v === 'object' && v !== null && 'kind' in v) return v as ObjectStoreSetting;
-  if (v === 'fs') return { kind: 'fs' };
-  if (typeof v !== 'string') throw bad('expected fs or s3://bucket/prefix');
-  const m = /^s3:\/\/([^/]+)(?:\/(.*))?$/.exec(v);
-  if (!m) throw bad('expected fs or s3://bucket/prefix');
-  const bucket = m[1];
-  if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(bucket)) throw bad(`"${bucket}" is not a valid S3 bucket name`);
-  const prefix = (m[2] ?? '').replace(/^\/+|\/+$/g, '');
-  if (prefix.split('/').some((part) => part === '.' || part === '..')) throw bad('the S3 prefix must not hold . or .. levels');
-  return { kind: 's3', bucket, prefix };
-}
-
-/** A URL with its password masked, for logs and error messages. */
-export function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password !== '') u.password = '***';
-    return u.toString();
-  } catch {
-    // Not a URL at all: whatever follows a colon and precedes an @ may be a password.
-    return url.replace(/:[^:@/]*@/, ':***@');
-  }
-}
-
 export interface ConfigSources {
   /** Parsed flags by option name (`data-dir`), strings as typed. */
   flags?: Record<string, unknown>;
@@ -1520,6 +1458,7 @@ export function loadConfig(src: ConfigSources = {}): Config {
     throw new ConfigError("wal object indexes its objects in the metastore's database: it needs --metastore postgres://...");
   }
   if ((cfg.walObjectMaxBytes as number) < 1024) throw new ConfigError('wal-object-max-bytes must be at least 1KiB');
+  if ((cfg.walShards as string[]).length > 0 && cfg.wal !== 'postgres') throw new ConfigError('wal-shard needs --wal postgres');
   if ((cfg.s3AccessKeyId === null) !== (cfg.s3SecretAccessKey === null)) {
     throw new ConfigError("S3 credentials need both s3-access-key-id and s3-secret-access-key (or neither, for the AWS SDK's own chain)");
   }

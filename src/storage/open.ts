@@ -136,8 +136,12 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
       }
       if (config.wal === 'postgres') {
         if (!pgOptions) throw new FlowError('CONFIG_ERROR', 'wal postgres needs --metastore postgres://...');
-        return reach(`PostgreSQL WAL at ${redactUrl(pgOptions.url)}`, () =>
-          import('./wal/postgres-wal.js').then(({ PostgresWal }) => PostgresWal.open({ ...pgOptions, logger: walLogger })),
+        const shards = config.walShards;
+        const where = shards.length > 0 ? `sharded over ${shards.map(redactUrl).join(', ')}` : `at ${redactUrl(pgOptions.url)}`;
+        // Each shard has a pool of its own, sized and timed out as the single WAL's was.
+        const { url: _metastoreUrl, ...pgShard } = pgOptions;
+        return reach(`PostgreSQL WAL ${where}`, () =>
+          import('./wal/shard-list.js').then(({ openPostgresWal }) => openPostgresWal({ metastoreUrl: pgOptions.url, shards, pg: pgShard, logger: walLogger })),
         );
       }
       return layout === 'partition'
@@ -147,7 +151,9 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
 
     const walDescription =
       config.wal === 'postgres'
-        ? 'postgres WAL'
+        ? config.walShards.length > 1
+          ? `postgres WAL (${config.walShards.length} shards)`
+          : 'postgres WAL'
         : config.wal === 'object'
           ? `object WAL (${config.walObjectWindow} ms windows)`
           : `file WAL (${config.walLayout} layout)`;

@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { clusterTlsMode, loadConfig, parseDuration, parseSize, redactUrl } from '../../src/config/index.js';
@@ -336,5 +336,25 @@ describe('config: cluster mode', () => {
       /cluster-tls-cert needs cluster-tls-ca/,
     );
     assert.throws(() => loadConfig({ flags: { ...shared, ...files, 'cluster-tls': 'psk' } }), /cluster-tls psk does not use cluster-tls-cert/);
+  });
+
+  it('takes --wal-shard repeated, as a comma or space list (multi-host URLs kept whole), or a YAML list', () => {
+    const pgArgs = { metastore: 'postgres://m/flowmq', wal: 'postgres' };
+    assert.deepEqual(loadConfig({ flags: pgArgs }).walShards, []);
+    const repeated = loadConfig({ flags: { ...pgArgs, 'wal-shard': ['postgres://u:pw@a:5432/w', 'postgres://b/w'] } });
+    assert.deepEqual(repeated.walShards, ['postgres://u:pw@a:5432/w', 'postgres://b/w']);
+    const env = loadConfig({ flags: pgArgs, env: { FLOWMQ_WAL_SHARD: 'postgres://h1:5432,h2:5432/w?target_session_attrs=read-write,postgres://b/w' } });
+    assert.deepEqual(env.walShards, ['postgres://h1:5432,h2:5432/w?target_session_attrs=read-write', 'postgres://b/w']);
+    assert.deepEqual(loadConfig({ flags: pgArgs, env: { FLOWMQ_WAL_SHARD: 'postgres://a/w postgres://b/w' } }).walShards, ['postgres://a/w', 'postgres://b/w']);
+    const dir = mkdtempSync(join(tmpdir(), 'flowmq-cfg-'));
+    const file = join(dir, 'flowmq.yaml');
+    writeFileSync(file, 'wal-shard:\n  - postgres://a/w\n  - postgres://b/w\n');
+    assert.deepEqual(loadConfig({ flags: pgArgs, file }).walShards, ['postgres://a/w', 'postgres://b/w']);
+    rmSync(dir, { recursive: true, force: true });
+    assert.throws(() => loadConfig({ flags: { 'wal-shard': ['postgres://a/w'] } }), /wal-shard needs --wal postgres/);
+    assert.throws(
+      () => loadConfig({ flags: { ...pgArgs, 'wal-shard': ['mysql://u:hunter2@h/db'] } }),
+      (e: Error) => /^invalid --wal-shard: expected a postgres:\/\/ URL/.test(e.message) && !e.message.includes('hunter2'),
+    );
   });
 });

@@ -10,6 +10,7 @@ import pg from 'pg';
 import { isFlowError, type FlowError } from '../../src/core/index.js';
 import { PostgresMetastore, postgresMigrations } from '../../src/storage/metastore/index.js';
 import { PostgresWal, type WalEntry } from '../../src/storage/wal/index.js';
+import { walMigrations } from '../../src/storage/wal/postgres-migrations.js';
 import { createPool, migratePostgres } from '../../src/storage/postgres-util.js';
 import { startPostgres, type PostgresServer } from '../helpers/postgres.js';
 
@@ -91,7 +92,10 @@ describe('PostgreSQL backends', () => {
       postgresMigrations.map((m) => m.version),
     );
     const walVersions = await client.query('SELECT count(*)::int AS n FROM flowmq_wal_schema_migrations');
-    assert.equal(walVersions.rows[0].n, 1);
+    assert.equal(walVersions.rows[0].n, walMigrations.length);
+    // Each WAL database has one identity (a shard of a sharded WAL is known by it).
+    assert.equal((await client.query('SELECT count(*)::int AS n FROM wal_shard_identity')).rows[0].n, 1);
+    assert.equal(w1.shardId, w2.shardId);
     await client.end();
     // All of them work on the one schema.
     await a.createStream(stream('shared'));

@@ -31,7 +31,8 @@ export function bareBooleans(args: readonly string[]): string[] {
 export async function cmdStart(argv: string[]): Promise<number> {
   const args = bareBooleans(argv);
   const options: ParseArgsConfig['options'] = { config: { type: 'string' }, help: { type: 'boolean', short: 'h' } };
-  for (const o of OPTIONS) options[o.name] = { type: 'string' };
+  // --wal-shard repeats (one shard each).
+  for (const o of OPTIONS) options[o.name] = o.kind === 'wal-shards' ? { type: 'string', multiple: true } : { type: 'string' };
   let parsed;
   try {
     parsed = parseArgs({ args, options, allowPositionals: false, strict: true });

@@ -46,6 +46,19 @@ export const walMigrations: readonly PgMigration[] = [
       END $fn$;
     `,
   },
+  {
+    version: 2,
+    name: 'shard identity',
+    sql: `
+      -- One row: this database's identity as a WAL shard. A sharded WAL (sharded-wal.ts) records its shards' ids, in
+      -- order, in the metastore's database, and refuses a broker whose list names other databases (or one twice).
+      CREATE TABLE wal_shard_identity (
+        one boolean PRIMARY KEY DEFAULT true CHECK (one),
+        id  uuid NOT NULL DEFAULT gen_random_uuid()
+      );
+      INSERT INTO wal_shard_identity DEFAULT VALUES;
+    `,
+  },
 ];
 
 /**

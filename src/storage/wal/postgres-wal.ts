@@ -35,6 +35,8 @@ import type { WalEntry, WriteAheadLog } from './types.js';
 export interface PostgresWalOptions extends PostgresOptions {
   /** Largest group, in data bytes (default 8 MiB); a single larger entry still goes alone. */
   maxGroupBytes?: number;
+  /** Where to record each group's commit time (the shards of a sharded WAL share one, for /metrics). */
+  commitLatency?: LatencyHistogram;
 }
 
 interface Pending {
@@ -112,7 +114,12 @@ export class PostgresWal implements WriteAheadLog {
   private readonly maxGroupBytes: number;
   private commits = 0;
   /** Duration of each group's transaction (ms), for /metrics. */
-  readonly commitLatency = new LatencyHistogram();
+  readonly commitLatency: LatencyHistogram;
+  /**
+   * The database's own identity (wal_shard_identity, made by its first migration to it): a sharded WAL records its
+   * shards' ids in the metastore, so that a broker given another list, or the same database twice, is refused.
+   */
+  shardId = '';
   private entries = 0;
   private bytesWritten = 0;
   private failedGroups = 0;
@@ -122,6 +129,12 @@ export class PostgresWal implements WriteAheadLog {
     opts: PostgresWalOptions,
   ) {
     this.maxGroupBytes = opts.maxGroupBytes ?? 8 * 1024 * 1024;
+    this.commitLatency = opts.commitLatency ?? new LatencyHistogram();
+  }
+
+  /** host:port of the database (every host of a multi-host URL), for messages. */
+  get endpoint(): string {
+    return this.db.endpoint;
   }
 
   /** Connects, migrates (once, under an advisory lock) and reads how many bytes the log holds. */
@@ -131,6 +144,8 @@ export class PostgresWal implements WriteAheadLog {
     try {
       await migratePostgres(db, walMigrations, 'flowmq_wal_schema_migrations', 'WAL');
       const wal = new PostgresWal(db, opts);
+      const id = await db.query<{ id: string }>('WAL open', 'SELECT id::text AS id FROM wal_shard_identity');
+      wal.shardId = id.rows[0].id;
       const r = await db.query<{ key: string; bytes: number }>('WAL open', 'SELECT key, sum(bytes)::bigint AS bytes FROM wal_entries GROUP BY key');
       for (const row of r.rows) wal.addBytes(row.key, row.bytes);
       return wal;
