@@ -157,9 +157,6 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     });
     // Reading a stream or queue is judged by the topics that feed it (authorization follows the data).
     control.access.sources = data.engine;
-    // A namespace deleted through any broker: its clients here are disconnected (in cluster mode the `control` notify
-    // tells; the deleting broker disconnected its own already, namespace-removal.ts).
-    followNamespaceRemovals(control.directory, control.access.clients);
     // Cluster mode: users and policies changed through any broker apply here at once (the `control` notify).
     if (data.cluster) await followControl(data.cluster.cluster, control.directory, config.controlRefresh, logger.child({ component: 'control' }));
     return await startServing(config, logger, data, control, closers);
@@ -326,6 +323,9 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
   // The protocols' consumer groups and MQTT sessions, for both management APIs (a deleted namespace's go with it).
   const protocolGroups = () => running.flatMap((r) => (r.protocol.groups ? [{ protocol: r.name, admin: r.protocol.groups }] : []));
   const mqttSessions = () => running.find((r) => r.name === 'mqtt')?.protocol.sessions;
+  // A namespace deleted through any broker: its clients here are disconnected and the Kafka groups this broker
+  // coordinates dropped (in cluster mode the `control` notify tells; namespace-removal.ts).
+  followNamespaceRemovals(access.directory, access.clients, { groups: protocolGroups, mqttSessions });
   const admin = await startAdminApi({
     engine,
     logger: logger.child({ component: 'admin' }),

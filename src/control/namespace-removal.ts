@@ -22,16 +22,18 @@
  * - the namespace itself.
  *
  * The metastore's other tables hold nothing of a namespace but through these names: JetStream consumers, producer
- * states, segments and partitions go with their stream; `control_docs` rows of kinds other than those above name
- * users (gone before), tokens (a user's), or the broker.
+ * states, segments and partitions go with their stream. Of `control_docs`, the kinds not deleted here name users
+ * (gone before), tokens (a user's), quotas of users, the broker's settings, or are the Kafka transaction
+ * coordinator's (`txn` by transactional id, `txn-aborted` by stream partition): those of the namespace's
+ * transactional ids and streams are left (not yet deleted; the coordinator holds them in memory too).
  *
  * A namespace made again under the same name starts empty: nothing of the deleted one applies to it. In cluster mode
  * the other brokers disconnect their clients of the namespace when their directory learns it is gone (the `control`
- * notify every control-plane change sends, with the slow poll behind it; see `followNamespaceRemovals`):
- * the same close, 320 for AMQP. Their next use of a deleted queue or exchange finds none, and a new connection to
- * the vhost is refused (530).
+ * notify every control-plane change sends, with the slow poll behind it; see `followNamespaceRemovals`): the same
+ * close, 320 for AMQP, and they drop the namespace's Kafka groups they coordinate. A new connection to the vhost is
+ * refused (530).
  */
-import { DEFAULT_NAMESPACE, FlowError, namespaceNames, splitStreamName, type Engine } from '../core/index.js';
+import { DEFAULT_NAMESPACE, FlowError, isFlowError, namespaceNames, splitStreamName, type Engine, type NamespaceNames } from '../core/index.js';
 import type { AccessControl } from './access.js';
 import type { ConsumerGroupAdmin, SessionAdmin } from './api/types.js';
 import type { ClientRegistry } from './clients.js';
@@ -76,14 +78,38 @@ export function disconnectNamespace(clients: ClientRegistry, name: string): Arra
  * change (another `createdAt`), whichever broker deleted it: in cluster mode the brokers that did not delete it learn
  * it here (the `control` notify every control-plane change sends, the slow poll behind it). Answers the unsubscribe.
  */
-export function followNamespaceRemovals(dir: Directory, clients: ClientRegistry): () => void {
+export function followNamespaceRemovals(dir: Directory, clients: ClientRegistry, hooks: NamespaceRemovalHooks = {}): () => void {
   const created = () => new Map(dir.listNamespaces().map((n) => [n.name, n.createdAt]));
   let known = created();
   return dir.onChange(() => {
     const now = created();
-    for (const [name, at] of known) if (now.get(name) !== at) disconnectNamespace(clients, name);
+    for (const [name, at] of known) {
+      if (now.get(name) === at) continue;
+      disconnectNamespace(clients, name);
+      // The groups this broker coordinates (cluster mode: the deleting broker may not): members and memory dropped.
+      void removeGroups(hooks, namespaceNames(name)).catch(() => undefined);
+    }
     known = now;
   });
+}
+
+/**
+ * Deletes the namespace's Kafka groups known to this broker's coordinator, members dropped; those another broker
+ * coordinates (NOT_OWNER) are left to it. Answers their names.
+ */
+async function removeGroups(hooks: NamespaceRemovalHooks, ns: NamespaceNames): Promise<string[]> {
+  const gone: string[] = [];
+  for (const g of hooks.groups?.() ?? []) {
+    if (g.protocol !== 'kafka') continue; // JetStream's consumers went with their streams
+    for (const s of await g.admin.list()) {
+      if (ns.ownName(s.name) === null) continue;
+      await g.admin
+        .delete(s.name, true)
+        .catch((e: unknown) => (isFlowError(e) && (e.code === 'NOT_FOUND' || e.code === 'NOT_OWNER') ? undefined : Promise.reject(e)));
+      gone.push(s.name);
+    }
+  }
+  return gone;
 }
 
 const DISCONNECT_WAIT_MS = 5000;
@@ -122,16 +148,9 @@ export async function removeNamespace(
     await engine.deleteStream(s.name);
     out.streams++;
   }
-  const groups = new Set<string>();
-  for (const g of hooks.groups?.() ?? []) {
-    if (g.protocol !== 'kafka') continue; // JetStream's consumers went with their streams
-    for (const s of await g.admin.list()) {
-      if (ns.ownName(s.name) === null) continue;
-      await g.admin.delete(s.name, true).catch(ignoreNotFound);
-      groups.add(s.name);
-    }
-  }
-  // Offsets the coordinators did not cover (cluster mode: groups another broker coordinates).
+  const groups = new Set(await removeGroups(hooks, ns));
+  // Offsets the coordinators did not cover (cluster mode: groups another broker coordinates, which drops them from its
+  // memory when its directory learns the namespace is gone, followNamespaceRemovals).
   for (const g of await engine.store.listGroups()) {
     if (ns.ownName(g) === null) continue;
     await engine.store.deleteGroup(g);

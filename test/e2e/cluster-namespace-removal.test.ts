@@ -5,13 +5,19 @@
  * has an amqplib connection in vhost t1 and an MQTT.js client on broker 2; t1 (its user first) is deleted through
  * broker 1's admin API. Broker 2 learns it from the `control` notify and closes the AMQP connection with 320
  * CONNECTION_FORCED and RabbitMQ's text, and the MQTT client's connection; a client of `default` on broker 2 stays.
+ * A consumer group of t1 coordinated by broker 2 (kafkajs, committed and left) is gone with the namespace: made again,
+ * t1's ListGroups on both brokers is empty (broker 1 deleted the offsets, broker 2 dropped the group it held).
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import amqp, { type ChannelModel } from 'amqplib';
+import kafkajsPkg from 'kafkajs';
 import mqtt, { type MqttClient } from 'mqtt';
+import { rendezvous } from '../../src/cluster/index.js';
 import { startCluster, type TestCluster } from '../helpers/cluster.js';
 import { eventually } from './harness.js';
+
+const { Kafka, logLevel } = kafkajsPkg;
 
 /** `p`, or a failure naming `what` after `ms` (a bound on waiting, not a proof of absence). */
 const within = <T>(p: Promise<T>, ms: number, what: string): Promise<T> =>
@@ -28,8 +34,21 @@ describe('cluster: a deleted namespace loses its clients on every broker', { tim
     return m;
   };
 
+  const kafka = () =>
+    new Kafka({
+      clientId: 'rm-ann',
+      brokers: [c.broker(1).kafka, c.broker(2).kafka],
+      sasl: { mechanism: 'plain', username: 'ann', password: 'ann-pw' },
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 5 },
+    });
+  /** A group name of t1 that broker 2 coordinates (placement by rendezvous over brokers 1 and 2, as Cluster.placement). */
+  const groupOn2 = (): string => {
+    for (let i = 0; ; i++) if (rendezvous('group', `$ns/t1/billing${i}`, [1, 2]) === 2) return `billing${i}`;
+  };
+
   before(async () => {
-    c = await startCluster({ brokers: 2, haproxy: false });
+    c = await startCluster({ brokers: 2, haproxy: false, args: ['--kafka-group-initial-rebalance-delay', '0'] });
     const b1 = c.broker(1).proc;
     await b1.api('POST', '/api/v1/users', { username: 'root', password: 'root-pw', groups: ['admins'] });
     for (const b of c.brokers) b.proc.credentials = { username: 'root', password: 'root-pw' };
@@ -54,7 +73,7 @@ describe('cluster: a deleted namespace loses its clients on every broker', { tim
     await c?.close();
   });
 
-  test('DELETE /api/v1/namespaces/t1 through broker 1: broker 2 closes its t1 connections (AMQP 320)', async () => {
+  test('DELETE /api/v1/namespaces/t1 through broker 1: broker 2 closes its t1 connections (AMQP 320) and drops the t1 group it coordinates', async () => {
     const conn = await amqp.connect(`amqp://ann:ann-pw@127.0.0.1:${c.broker(2).proc.ports.amqp}/t1?heartbeat=0`);
     conn.on('error', () => undefined);
     amqps.push(conn);
@@ -65,6 +84,27 @@ describe('cluster: a deleted namespace loses its clients on every broker', { tim
     const annMqtt = await mq('ann', 2);
     const mqttClosed = new Promise<void>((resolve) => annMqtt.once('close', () => resolve()));
     const deeMqtt = await mq('dee', 2);
+    // t1's group, coordinated by broker 2: committed, then left (Empty, held in broker 2's memory).
+    const group = groupOn2();
+    const k = kafka();
+    const admin = k.admin();
+    await admin.connect();
+    await admin.createTopics({ topics: [{ topic: 'orders', numPartitions: 1 }] });
+    const producer = k.producer();
+    await producer.connect();
+    await producer.send({ topic: 'orders', messages: [{ value: 'o1' }] });
+    await producer.disconnect();
+    const consumer = k.consumer({ groupId: group });
+    await consumer.connect();
+    await consumer.subscribe({ topic: 'orders', fromBeginning: true });
+    await new Promise<void>((resolve) => void consumer.run({ eachMessage: async () => resolve() }));
+    await consumer.commitOffsets([{ topic: 'orders', partition: 0, offset: '1' }]);
+    await consumer.disconnect();
+    assert.deepEqual(
+      (await admin.listGroups()).groups.map((g) => g.groupId),
+      [group],
+    );
+    await admin.disconnect();
 
     // A user's home is not deleted under it: ann goes first (her open connections stay, refused everything).
     await c.broker(1).proc.api('DELETE', '/api/v1/users/ann');
@@ -82,5 +122,27 @@ describe('cluster: a deleted namespace loses its clients on every broker', { tim
     await deeMqtt.subscribeAsync('echo', { qos: 1 });
     await deeMqtt.publishAsync('echo', 'still here', { qos: 1 });
     assert.equal(await echo, 'still here');
+
+    // Made again (ann too): no group of the old t1 on either broker.
+    await c.broker(1).proc.api('POST', '/api/v1/namespaces', { name: 't1' });
+    await c.broker(1).proc.api('POST', '/api/v1/users', { username: 'ann', password: 'ann-pw', namespace: 't1' });
+    // The directory reaches broker 2 by notify: ann logs in there before Kafka asks both brokers.
+    await eventually(
+      async () => {
+        const m = await mq('ann', 2).catch(() => null);
+        await m?.endAsync();
+        return m !== null;
+      },
+      15_000,
+      'ann logs in on broker 2 again',
+    );
+    const again = kafka().admin();
+    await again.connect();
+    try {
+      // Before: [billingN] (broker 2 still held the group it coordinated).
+      assert.deepEqual((await again.listGroups()).groups, []);
+    } finally {
+      await again.disconnect();
+    }
   });
 });
