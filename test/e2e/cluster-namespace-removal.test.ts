@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import amqp, { type ChannelModel } from 'amqplib';
 import kafkajsPkg from 'kafkajs';
-import mqtt, { type MqttClient } from 'mqtt';
+import mqtt, { type IConnackPacket, type MqttClient } from 'mqtt';
 import { rendezvous } from '../../src/cluster/index.js';
 import { startCluster, type TestCluster } from '../helpers/cluster.js';
 import { eventually } from './harness.js';
@@ -28,8 +28,8 @@ describe('cluster: a deleted namespace loses its clients on every broker', { tim
   const mqtts: MqttClient[] = [];
   const amqps: ChannelModel[] = [];
 
-  const mq = async (user: string, broker: number): Promise<MqttClient> => {
-    const m = await mqtt.connectAsync(c.broker(broker).mqttUrl, { username: user, password: `${user}-pw`, reconnectPeriod: 0 });
+  const mq = async (user: string, broker: number, opts: mqtt.IClientOptions = {}): Promise<MqttClient> => {
+    const m = await mqtt.connectAsync(c.broker(broker).mqttUrl, { username: user, password: `${user}-pw`, reconnectPeriod: 0, ...opts });
     mqtts.push(m);
     return m;
   };
@@ -81,7 +81,9 @@ describe('cluster: a deleted namespace loses its clients on every broker', { tim
     const ch = await conn.createChannel();
     ch.on('error', () => undefined);
     await ch.assertQueue('q1', { durable: true });
-    const annMqtt = await mq('ann', 2);
+    // A persistent session (client id dev1), connected on broker 2 while t1 is deleted.
+    const annMqtt = await mq('ann', 2, { clientId: 'dev1', clean: false });
+    await annMqtt.subscribeAsync('inbox/#', { qos: 1 });
     const mqttClosed = new Promise<void>((resolve) => annMqtt.once('close', () => resolve()));
     const deeMqtt = await mq('dee', 2);
     // t1's group, coordinated by broker 2: committed, then left (Empty, held in broker 2's memory).
@@ -136,6 +138,14 @@ describe('cluster: a deleted namespace loses its clients on every broker', { tim
       15_000,
       'ann logs in on broker 2 again',
     );
+    // The session of dev1 went with t1, though its connection ended on broker 2 after broker 1 deleted the sessions.
+    const dev = mqtt.connect(c.broker(2).mqttUrl, { username: 'ann', password: 'ann-pw', clientId: 'dev1', clean: false, reconnectPeriod: 0 });
+    mqtts.push(dev);
+    const connack = await new Promise<IConnackPacket>((resolve, reject) => {
+      dev.once('connect', resolve);
+      dev.once('error', reject);
+    });
+    assert.equal(connack.sessionPresent, false);
     const again = kafka().admin();
     await again.connect();
     try {
