@@ -10,6 +10,7 @@ import { Engine, FlowError, queueFactory, type QueuePages, type QueueStore } fro
 import {
   AccessControl,
   createMetrics,
+  followNamespaceRemovals,
   Directory,
   FloodCollector,
   PasswordGuard,
@@ -319,6 +320,12 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
   });
   // Every HTTP listener's headers timeout and lingering close (the protocols' listeners read the same options).
   const httpGuard = httpTimeouts({ headersTimeoutMs: config.httpHeadersTimeout, lingerMs: config.httpLinger });
+  // The protocols' consumer groups and MQTT sessions, for both management APIs (a deleted namespace's go with it).
+  const protocolGroups = () => running.flatMap((r) => (r.protocol.groups ? [{ protocol: r.name, admin: r.protocol.groups }] : []));
+  const mqttSessions = () => running.find((r) => r.name === 'mqtt')?.protocol.sessions;
+  // A namespace deleted through any broker: its clients here are disconnected and the Kafka groups this broker
+  // coordinates dropped (in cluster mode the `control` notify tells; namespace-removal.ts).
+  followNamespaceRemovals(access.directory, access.clients, { groups: protocolGroups, mqttSessions });
   const admin = await startAdminApi({
     engine,
     logger: logger.child({ component: 'admin' }),
@@ -341,8 +348,8 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
     sessionTtlMs: config.httpSessionTtl,
     timeouts: httpGuard,
     version: BROKER_VERSION,
-    groups: () => running.flatMap((r) => (r.protocol.groups ? [{ protocol: r.name, admin: r.protocol.groups }] : [])),
-    mqttSessions: () => running.find((r) => r.name === 'mqtt')?.protocol.sessions,
+    groups: protocolGroups,
+    mqttSessions,
     // Kafka's broker configs altered at run time (GET/PATCH /api/v1/broker/configs).
     brokerConfigs: () => running.find((r) => r.name === 'kafka')?.protocol.brokerConfigs,
     brokerId: config.brokerId,
@@ -399,6 +406,7 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
       disk: () => (config.wal === 'file' ? space.figures() : null),
       version: BROKER_VERSION,
       startedAt: started,
+      removal: { groups: protocolGroups, mqttSessions },
     });
     const m = management;
     closers.push('amqp management API', () => m.close());

@@ -38,6 +38,7 @@ export {
   type ResourceKind,
 } from './policy.js';
 export { Directory, TOKEN_PREFIX, validateName } from './directory.js';
+export { disconnectNamespace, followNamespaceRemovals, removeNamespace, type NamespaceRemoval, type NamespaceRemovalHooks } from './namespace-removal.js';
 export { decodeSignature, parsePublicNkey, validateUserNkey, verifySignature } from './nkeys.js';
 export { QuotaManager, storedByNamespace, type QuotaLease, type StoredBytes } from './quotas.js';
 export { RuntimeSettings, type BrokerConfigAdmin, type ConfigScope, type QuotaChange, type QuotaEntity } from './settings.js';

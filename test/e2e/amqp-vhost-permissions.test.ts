@@ -434,4 +434,39 @@ describe('e2e: AMQP per-vhost permissions (RabbitMQ set_permissions, vhost = nam
     assert.equal((await rabbit('PUT', '/api/vhosts/a%20b')).status, 400);
     assert.equal((await rabbit('PUT', '/api/vhosts/%2F')).status, 204);
   });
+
+  test('a policymaker manages the policies of a vhost it has permissions in as a guest (RabbitMQ 3.10), not of others', async () => {
+    // pam (a user of `default`, made through the management API) with the tag policymaker, a guest of t2 only.
+    assert.equal((await rabbit('PUT', '/api/users/pam', { password: 'pam-pw', tags: 'policymaker' })).status, 201);
+    assert.equal((await rabbit('PUT', '/api/permissions/t2/pam', { configure: '', write: '', read: '.*' })).status, 201);
+    const pam = (method: string, path: string, body?: unknown) => http(mgmt, method, path, body, 'pam');
+    const cap = { pattern: '^pam-', definition: { 'max-length': 3 }, 'apply-to': 'queues' };
+    // Before: 404 vhost_not_found (a guest's vhost was not the policymaker's).
+    assert.equal((await pam('PUT', '/api/policies/t2/pam-cap', cap)).status, 201);
+    assert.deepEqual(
+      (await pam('GET', '/api/policies/t2')).json.map((p: Json) => `${p.vhost}|${p.name}`),
+      ['t2|pam-cap'],
+    );
+    assert.equal((await pam('GET', '/api/policies/t2/pam-cap')).json.definition['max-length'], 3);
+    assert.ok((await pam('GET', '/api/policies')).json.some((p: Json) => p.vhost === 't2' && p.name === 'pam-cap'));
+    // The policy applies in t2 (bob's queue there), as the administrator sees it.
+    const bob = await connect('bob', 't2');
+    assert.equal(await attempt(bob, (ch) => ch.assertQueue('pam-q', { durable: true })), null);
+    assert.equal((await rabbit('GET', '/api/queues/t2/pam-q')).json.policy, 'pam-cap');
+    // Its own vhost `/` too; none in t1, where it has no permission (another tenant's vhost: 404 as for one nobody has),
+    // and t1's policies are not listed to it.
+    assert.equal((await pam('PUT', '/api/policies/%2F/pam-own', cap)).status, 201);
+    assert.deepEqual(await pam('PUT', '/api/policies/t1/pam-cap', cap), { status: 404, json: { error: 'not_found', reason: 'vhost_not_found' } });
+    assert.equal((await rabbit('PUT', '/api/policies/t1/t1-cap', cap)).status, 201);
+    assert.equal((await pam('GET', '/api/policies/t1')).status, 404);
+    assert.ok(!(await pam('GET', '/api/policies')).json.some((p: Json) => p.vhost === 't1'));
+    // Operator policies stay the administrators' in a guest's vhost (RabbitMQ 3.10: administrator only).
+    assert.equal((await pam('PUT', '/api/operator-policies/t2/pam-op', { pattern: '^pam-', definition: { 'max-length': 1 } })).status, 404);
+    // Its permission gone, its guest's reach goes too.
+    assert.equal((await rabbit('DELETE', '/api/permissions/t2/pam')).status, 204);
+    assert.equal((await pam('DELETE', '/api/policies/t2/pam-cap')).status, 404);
+    assert.equal((await rabbit('PUT', '/api/permissions/t2/pam', { configure: '', write: '', read: '.*' })).status, 201);
+    assert.equal((await pam('DELETE', '/api/policies/t2/pam-cap')).status, 204);
+    assert.deepEqual((await rabbit('GET', '/api/policies/t2')).json, []);
+  });
 });

@@ -180,13 +180,14 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
     {
       schema: {
         tags: ['namespaces'],
-        summary: 'Delete a namespace without users, with its queues, exchanges, streams and the policies scoped to it',
+        summary:
+          'Delete a namespace without users, with its queues, exchanges, streams, consumer groups, MQTT sessions, retained messages and the policies scoped to it',
         params: NAME_PARAM,
       },
     },
     async (req, reply) => {
       authorizeAdmin(access, req);
-      const gone = await removeNamespace(access, ctx.engine, req.params.name);
+      const gone = await removeNamespace(access, ctx.engine, req.params.name, { groups: ctx.groups, mqttSessions: ctx.mqttSessions });
       ctx.logger.info({ namespace: req.params.name, ...gone, by: req.auth?.principal.user ?? null }, 'namespace deleted');
       return reply.code(204).send();
     },

@@ -107,8 +107,11 @@ export interface ConsumerGroupAdmin {
    * `progress(done, total)` is called per partition (the CLI's progress bar).
    */
   resetOffsets(name: string, stream: string, target: OffsetResetTarget, progress?: (done: number, total: number) => void): Promise<GroupDetail>;
-  /** Deletes an empty group (its offsets). NOT_FOUND / INVALID_ARGUMENT (active members) otherwise. */
-  delete(name: string): Promise<void>;
+  /**
+   * Deletes an empty group (its offsets). NOT_FOUND / INVALID_ARGUMENT (active members) otherwise; `force`: its
+   * members are dropped first (a deleted namespace's groups, whose clients were just disconnected).
+   */
+  delete(name: string, force?: boolean): Promise<void>;
 }
 
 /** What a protocol offers the admin API about its stored client sessions (MQTT persistent sessions). */

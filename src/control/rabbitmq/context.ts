@@ -8,6 +8,7 @@ import type { Logger } from 'pino';
 import type { Engine, NamespaceNames } from '../../core/index.js';
 import type { AccessControl } from '../access.js';
 import type { HttpTimeouts } from '../http-guard.js';
+import type { NamespaceRemovalHooks } from '../namespace-removal.js';
 import type { Action, Principal, ResourceKind } from '../policy.js';
 import type { AmqpManagementView } from './types.js';
 import type { Rates } from './format.js';
@@ -31,6 +32,8 @@ export interface RabbitManagementOptions {
   /** FlowMQ's version (product_version). */
   version: string;
   startedAt: number;
+  /** What DELETE /api/vhosts/{vhost} removes of the protocols' (Kafka groups, MQTT sessions), as the admin API's. */
+  removal?: NamespaceRemovalHooks;
 }
 
 export { CHALLENGE, RabbitError, badRequest, notFound } from './errors.js';

@@ -47,7 +47,7 @@ export function vhostRoutes(app: FastifyInstance, ctx: RabbitContext): void {
     const ns = namespaceOfVhost(ctx, req.params.vhost);
     if (ns === null) throw notFound();
     try {
-      await removeNamespace(ctx.access, ctx.engine, ns);
+      await removeNamespace(ctx.access, ctx.engine, ns, ctx.removal);
     } catch (e) {
       if (isFlowError(e) && e.code === 'INVALID_ARGUMENT') throw badRequest(e.message);
       throw e;

@@ -139,9 +139,9 @@ export class KafkaGroupAdmin implements ConsumerGroupAdmin {
     return (await this.describe(name))!;
   }
 
-  async delete(name: string): Promise<void> {
+  async delete(name: string, force = false): Promise<void> {
     await this.serve(name);
-    const code = await this.groups.delete(name);
+    const code = await this.groups.delete(name, force);
     if (code === KafkaErrorCode.NONE) {
       await this.cluster?.deleted(name);
       return;

@@ -527,6 +527,35 @@ async function vhostPolicies(amqpUrl, httpBase) {
 }
 
 /**
+ * A policymaker guest: user cmp-pm with the tag policymaker and a read permission in vhost cmp-v only (on FlowMQ a user
+ * of `default`, a guest of namespace cmp-v) manages cmp-v's policies through the management API, as cmp-pm.
+ */
+async function guestPolicymaker(httpBase) {
+  const admin = (method, path, body) => get(httpBase, path, method, body);
+  const u = new URL(httpBase);
+  u.username = 'cmp-pm';
+  u.password = 'cmp-pm-pw';
+  const pm = (method, path, body) => get(u.href.replace(/\/$/, ''), path, method, body);
+  const out = [];
+  const show = (what, r) => out.push(`${what}: ${r.status} ${JSON.stringify(r.json)}`);
+  show('PUT /api/users/cmp-pm (policymaker)', await admin('PUT', '/api/users/cmp-pm', { password: 'cmp-pm-pw', tags: 'policymaker' }));
+  show('PUT /api/permissions/cmp-v/cmp-pm', await admin('PUT', '/api/permissions/cmp-v/cmp-pm', { configure: '', write: '', read: '.*' }));
+  const pol = { pattern: '^cmp-pmq$', definition: { 'max-length': 3 }, 'apply-to': 'queues', priority: 1 };
+  show('as cmp-pm: PUT /api/policies/cmp-v/cmp-pmp', await pm('PUT', '/api/policies/cmp-v/cmp-pmp', pol));
+  show('as cmp-pm: PUT /api/policies/cmp-v/cmp-pmp again', await pm('PUT', '/api/policies/cmp-v/cmp-pmp', pol));
+  const one = await pm('GET', '/api/policies/cmp-v');
+  out.push(`as cmp-pm: GET /api/policies/cmp-v: ${one.status} ${JSON.stringify((one.json ?? []).map((p) => [p.vhost, p.name, p.definition]))}`);
+  const mine = await pm('GET', '/api/policies/cmp-v/cmp-pmp');
+  out.push(`as cmp-pm: GET /api/policies/cmp-v/cmp-pmp: ${mine.status} ${mine.json?.vhost} ${mine.json?.name} ${mine.json?.pattern}`);
+  const all = await pm('GET', '/api/policies');
+  out.push(`as cmp-pm: GET /api/policies: ${all.status} cmp-v's ${JSON.stringify((all.json ?? []).filter((p) => p.vhost === 'cmp-v').map((p) => p.name))}`);
+  show('as cmp-pm: DELETE /api/policies/cmp-v/cmp-pmp', await pm('DELETE', '/api/policies/cmp-v/cmp-pmp'));
+  show('as cmp-pm: DELETE /api/policies/cmp-v/cmp-pmp again', await pm('DELETE', '/api/policies/cmp-v/cmp-pmp'));
+  show('DELETE /api/users/cmp-pm', await admin('DELETE', '/api/users/cmp-pm'));
+  return out;
+}
+
+/**
  * Per-vhost permissions: user cmp-g has permissions in vhost cmp-v only (made by run.sh on both: a RabbitMQ vhost, a
  * FlowMQ namespace), none in `/`. The management API's answers and what amqplib may do in cmp-v, step by step.
  */
@@ -799,6 +828,12 @@ try {
     if (fvp[i] !== line) hardFailures++;
   }
   if (fvp.length !== rvp.length) hardFailures++;
+  const [rgp, fgp] = [await guestPolicymaker(rabbitHttp), await guestPolicymaker(flowHttp)];
+  for (const [i, line] of rgp.entries()) {
+    diffs.push(`policymaker guest, ${line}${fgp[i] === line ? ' (the same on FlowMQ)' : `; FlowMQ: ${fgp[i]}`}`);
+    if (fgp[i] !== line) hardFailures++;
+  }
+  if (fgp.length !== rgp.length) hardFailures++;
   const [ri, fi] = [await importedLogin(rabbitAmqp), await importedLogin(flowAmqp)];
   diffs.push(`AMQP login of the imported user with RabbitMQ's hash: RabbitMQ ${ri}, FlowMQ ${fi}`);
   if (ri !== fi) hardFailures++;

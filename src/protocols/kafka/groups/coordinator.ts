@@ -697,20 +697,24 @@ export class GroupCoordinator {
     return [...out.values()].sort((a, b) => (a.groupId < b.groupId ? -1 : a.groupId > b.groupId ? 1 : 0));
   }
 
-  /** DeleteGroups for one group: NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND when unknown. */
-  async delete(groupId: string): Promise<number> {
+  /**
+   * DeleteGroups for one group: NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND when unknown. `force` (a
+   * namespace deleted with its groups, namespace-removal.ts): members are dropped as when the coordinator moves away
+   * (their next request is told NOT_COORDINATOR), not waited for: a kicked Kafka client stays a member until its
+   * session times out.
+   */
+  async delete(groupId: string, force = false): Promise<number> {
     if (this.closed) return KafkaErrorCode.NOT_COORDINATOR;
     if (groupId === '') return KafkaErrorCode.INVALID_GROUP_ID;
     const g = this.group(groupId);
-    if (g && g.members.size > 0) return KafkaErrorCode.NON_EMPTY_GROUP;
+    if (g && g.members.size > 0 && !force) return KafkaErrorCode.NON_EMPTY_GROUP;
     const consumerGroup = this.consumer.has(groupId);
-    if (!this.consumer.delete(groupId)) return KafkaErrorCode.NON_EMPTY_GROUP;
+    if (force) this.consumer.drop(groupId);
+    else if (!this.consumer.delete(groupId)) return KafkaErrorCode.NON_EMPTY_GROUP;
     const known = g !== undefined || consumerGroup || (await this.offsets.listGroups()).includes(groupId);
     if (!known) return KafkaErrorCode.GROUP_ID_NOT_FOUND;
     if (g) {
-      for (const t of g.pending.values()) clearTimeout(t);
-      if (g.rebalanceTimer) clearTimeout(g.rebalanceTimer);
-      g.state = 'Dead';
+      this.abandon(g);
       this.groups.delete(groupId);
     }
     await this.offsets.deleteGroup(groupId);
