@@ -25,7 +25,7 @@ import {
   httpTimeouts,
   type RabbitManagement,
   WebhookAuthenticator,
-  OidcVerifier,
+  openOidcVerifier,
   type AdminApi,
   type Metrics,
   type UsersFile,
@@ -639,7 +639,7 @@ async function openControlPlane(config: Config, logger: Logger, metastore: objec
   const oidc =
     config.oidcIssuer === null
       ? null
-      : new OidcVerifier({
+      : await openOidcVerifier({
           issuer: config.oidcIssuer,
           audience: config.oidcAudience,
           jwksUrl: config.oidcJwksUrl,

@@ -17,7 +17,8 @@ import { ANONYMOUS, GLOBAL_KINDS, guestIn, type Action, type PolicySet, type Pri
 import { QuotaManager } from './quotas.js';
 import { RuntimeSettings } from './settings.js';
 import { ClientRegistry } from './clients.js';
-import { looksLikeJwt, type OidcVerifier } from './oidc.js';
+import { looksLikeJwt } from './jwt-shape.js';
+import type { OidcVerifier } from './oidc.js';
 
 /**
  * What feeds streams and queues (the routing engine, set by the broker): reading one is judged by the topic filters

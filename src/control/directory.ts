@@ -59,6 +59,8 @@ export interface Quotas {
   maxAckPending?: number;
   /** 1: every stream must set max_bytes (max_bytes_required); 0: not. */
   maxBytesRequired?: number;
+  /** 0: the NATS account has no JetStream (its API answers 10039), as a nats-server account without `jetstream`. */
+  jetstream?: number;
 }
 
 /** The quota keys a namespace may carry. */
@@ -74,6 +76,7 @@ export const QUOTA_KEYS: ReadonlyArray<keyof Quotas> = [
   'maxStreamBytes',
   'maxAckPending',
   'maxBytesRequired',
+  'jetstream',
 ];
 
 /** With its NATS account exports and imports (src/core/links-config.ts); absent: none. */

@@ -49,4 +49,6 @@ export { WebhookAuthenticator } from './webhook.js';
 export type { AmqpChannelView, AmqpConnectionView, AmqpConsumerView, AmqpManagementView, AmqpStreamQueueView } from './rabbitmq/types.js';
 export { startRabbitManagement, type RabbitManagement, type RabbitManagementOptions } from './rabbit-management.js';
 export { certificateLogin, tlsClientOptions, type CertUserField } from './certs.js';
-export { OidcVerifier, looksLikeJwt, type OidcOptions, type TokenIdentity, type TokenVerdict } from './oidc.js';
+export type { OidcVerifier, OidcOptions, TokenIdentity, TokenVerdict } from './oidc.js';
+export { looksLikeJwt } from './jwt-shape.js';
+export { openOidcVerifier } from './oidc-open.js';

@@ -28,6 +28,9 @@ import {
   type FlattenedJWSInput,
 } from 'jose';
 import { ADMIN_GROUP } from './policy.js';
+import { looksLikeJwt } from './jwt-shape.js';
+
+export { looksLikeJwt };
 
 export interface OidcOptions {
   issuer: string;
@@ -64,15 +67,6 @@ export type TokenVerdict = { verdict: 'ok'; identity: TokenIdentity } | { verdic
 
 const ASYMMETRIC = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA', 'Ed25519'];
 const HMAC = ['HS256', 'HS384', 'HS512'];
-
-/** JWS compact serialization: three base64url parts, the header a JSON object (so it starts `eyJ`, `{"`). */
-const JWT_SHAPE = /^eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*$/;
-
-/** Whether a credential is shaped like a JWT (and so goes to the verifier, not the password check). */
-export function looksLikeJwt(s: string | Buffer): boolean {
-  const str = typeof s === 'string' ? s : s.length > 16384 ? '' : s.toString('latin1');
-  return str.length <= 16384 && JWT_SHAPE.test(str);
-}
 
 export class OidcVerifier {
   private readonly opts: OidcOptions;

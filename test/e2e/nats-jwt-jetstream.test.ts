@@ -7,6 +7,8 @@
  * refused past them with nats-server's errors. Before: FlowMQ did not read an account JWT's JetStream limits at all.
  * The tiered account's streams name num_replicas 1: nats-server 2.9.10 looks a stream without it up as tier R0
  * (10120 `no JetStream default or applicable tiered limit present`), where FlowMQ counts it in R1.
+ * A third account's JWT has no JetStream limits: nats-server runs it without JetStream, and so does FlowMQ (its API
+ * answers `JetStream not enabled for account`, 10039; before, it had JetStream with its namespace's quotas).
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -22,7 +24,7 @@ import { step, type Entry } from './nats-side-by-side.js';
 interface Setup {
   operatorJwt: string;
   accounts: Record<string, string>;
-  users: { flat: string; tiered: string };
+  users: { flat: string; tiered: string; plain: string };
 }
 
 async function makeSetup(): Promise<Setup> {
@@ -30,6 +32,7 @@ async function makeSetup(): Promise<Setup> {
   const sys = createAccount();
   const flat = createAccount();
   const tiered = createAccount();
+  const plain = createAccount();
   const accounts = {
     // nats-server runs JetStream in operator mode with a system account only.
     [sys.getPublicKey()]: await encodeAccount('SYS', sys, { limits: { conn: -1, subs: -1, data: -1, payload: -1 } }, { signer: operator }),
@@ -45,6 +48,7 @@ async function makeSetup(): Promise<Setup> {
       { limits: { conn: -1, subs: -1, data: -1, payload: -1, tiered_limits: { R1: { disk_storage: 1024 * 1024, streams: 2, consumer: -1 } } } },
       { signer: operator },
     ),
+    [plain.getPublicKey()]: await encodeAccount('plain', plain, { limits: { conn: -1, subs: -1, data: -1, payload: -1 } }, { signer: operator }),
   };
   return {
     operatorJwt: await encodeOperator('jwt-js', operator, { system_account: sys.getPublicKey() }),
@@ -52,6 +56,7 @@ async function makeSetup(): Promise<Setup> {
     users: {
       flat: await encodeUser('flat-user', createUser(), flat, { bearer_token: true }),
       tiered: await encodeUser('tiered-user', createUser(), tiered, { bearer_token: true }),
+      plain: await encodeUser('plain-user', createUser(), plain, { bearer_token: true }),
     },
   };
 }
@@ -89,6 +94,16 @@ async function scenario(url: string, s: Setup): Promise<Entry[]> {
     log('tiered third', await outcome(() => tj.streams.add({ name: 'T3', subjects: ['t3.>'], num_replicas: 1 })));
     const after = await tj.getAccountInfo();
     log('tiered usage', { streams: after.streams, r1: { streams: after.tiers?.R1?.streams, limits: after.tiers?.R1?.limits.max_streams } });
+
+    const plain = await connect({ servers: url, reconnect: false, authenticator: jwtAuthenticator(s.users.plain) });
+    try {
+      const api = async (subject: string, body: unknown): Promise<unknown> =>
+        JSON.parse(new TextDecoder().decode((await plain.request(subject, JSON.stringify(body), { timeout: 3000 })).data));
+      log('plain info', await api('$JS.API.INFO', ''));
+      log('plain create', await api('$JS.API.STREAM.CREATE.P1', { name: 'P1', subjects: ['p1.>'] }));
+    } finally {
+      await plain.close();
+    }
   } finally {
     await flat.close();
     await tiered.close();
@@ -180,5 +195,11 @@ describe("e2e: an account JWT's JetStream limits, side by side with nats-server 
       ['ok', 'ok', [10027, 'maximum number of streams reached']],
     );
     assert.deepEqual(step(ours, 'tiered usage'), { streams: 2, r1: { streams: 2, limits: 2 } });
+  });
+
+  it('an account JWT without JetStream limits has no JetStream: its API answers 10039', () => {
+    const off = { code: 503, err_code: 10039, description: 'JetStream not enabled for account' };
+    assert.deepEqual(step(ours, 'plain info'), { type: 'io.nats.jetstream.api.v1.account_info_response', error: off });
+    assert.deepEqual(step(ours, 'plain create'), { type: 'io.nats.jetstream.api.v1.stream_create_response', error: off });
   });
 });

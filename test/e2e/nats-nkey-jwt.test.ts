@@ -20,7 +20,11 @@ import { FlowmqProcess, eventually, freePort } from './harness.js';
 import { RawNats } from './nats-wire.js';
 
 const sc = StringCodec();
-const LIMITS = { subs: -1, data: -1, payload: -1, imports: -1, exports: -1, wildcards: true, conn: -1, leaf: -1 };
+// JetStream on without limits (-1): an account JWT without JetStream limits has no JetStream, as on nats-server.
+const LIMITS = {
+  ...{ subs: -1, data: -1, payload: -1, imports: -1, exports: -1, wildcards: true, conn: -1, leaf: -1 },
+  ...{ mem_storage: -1, disk_storage: -1, streams: -1, consumer: -1 },
+};
 
 /** The status events of a connection, collected as they come. */
 function statuses(nc: NatsConnection): Status[] {

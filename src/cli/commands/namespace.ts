@@ -16,6 +16,7 @@ interface Quotas {
   maxStreamBytes?: number;
   maxAckPending?: number;
   maxBytesRequired?: number;
+  jetstream?: number;
 }
 
 interface NamespaceView {
@@ -40,6 +41,7 @@ const QUOTA_FLAGS: ReadonlyArray<[flag: string, key: keyof Quotas, size: boolean
   ['max-stream-bytes', 'maxStreamBytes', true],
   ['max-ack-pending', 'maxAckPending', false],
   ['max-bytes-required', 'maxBytesRequired', false],
+  ['jetstream', 'jetstream', false],
 ];
 
 const QUOTA_OPTIONS = Object.fromEntries(QUOTA_FLAGS.map(([f]) => [f, { type: 'string' as const }]));
@@ -75,6 +77,7 @@ const quotaText = (q: Quotas) => {
   if (q.maxStreamBytes !== undefined && q.maxStreamBytes !== null) parts.push(`stream ${fmtBytes(q.maxStreamBytes)}`);
   if (q.maxAckPending !== undefined && q.maxAckPending !== null) parts.push(`${q.maxAckPending} ack pending`);
   if (q.maxBytesRequired !== undefined && q.maxBytesRequired !== null && q.maxBytesRequired > 0) parts.push('max_bytes required');
+  if (q.jetstream === 0) parts.push('no JetStream');
   return parts.length > 0 ? parts.join(', ') : 'none';
 };
 
@@ -85,7 +88,7 @@ export const namespaceCommand: CommandGroup = {
   subs: {
     add: {
       usage:
-        'NAME [--description TEXT] [--max-connections N] [--publish-rate N] [--bytes-in-rate SIZE] [--bytes-out-rate SIZE] [--max-storage SIZE] [--max-streams N] [--max-consumers N] [--max-memory SIZE] [--max-stream-bytes SIZE] [--max-ack-pending N] [--max-bytes-required 0|1]',
+        'NAME [--description TEXT] [--max-connections N] [--publish-rate N] [--bytes-in-rate SIZE] [--bytes-out-rate SIZE] [--max-storage SIZE] [--max-streams N] [--max-consumers N] [--max-memory SIZE] [--max-stream-bytes SIZE] [--max-ack-pending N] [--max-bytes-required 0|1] [--jetstream 0|1]',
       summary: 'add a namespace, optionally with quotas',
       args: [1, 1],
       options: { description: { type: 'string', short: 'd' }, ...QUOTA_OPTIONS },

@@ -92,7 +92,10 @@ export const natsModule: ProtocolModule = {
     jetstream.authorizer = {
       control: ctx.access,
       accessOf: (origin) => adapter.accessOf(origin),
-      jwtLimits: (namespace) => jwtJetStreamLimits(adapter.operators?.claimsOfNamespace(namespace)?.nats?.limits),
+      jwtLimits: (namespace) => {
+        const claims = adapter.operators?.claimsOfNamespace(namespace);
+        return claims === undefined ? undefined : jwtJetStreamLimits(claims.nats?.limits);
+      },
     };
     // A request crossing into another namespace by a service import (src/core/links.ts) is a JetStream publish there
     // too: an imported `$KV.>` put gets its PubAck from the exporter's stream.

@@ -13,6 +13,7 @@
 import { appendFileSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -166,7 +167,9 @@ function addUser(u, namespace) {
   if (!username) refuse('a user without user or nkey');
   users.push({
     username: String(username),
-    ...(u.password !== undefined ? { password: String(u.password) } : {}),
+    // A user with neither (nats-server's `{ user: b }`, reached as no_auth_user): FlowMQ's directory needs a
+    // credential, so one nobody knows; such a user comes in through --nats-no-auth-user only.
+    ...(u.password !== undefined ? { password: String(u.password) } : u.nkey ? {} : { password: randomBytes(18).toString('base64url') }),
     ...(u.nkey ? { nkey: u.nkey } : {}),
     ...(namespace !== undefined ? { namespace } : {}),
   });
@@ -256,10 +259,12 @@ for (const [k, v] of Object.entries(conf)) {
         if (name === '$SYS' || a?.system === true) refuse(`accounts.${name} (the system account)`);
         const known = new Set(['users', 'exports', 'imports', 'jetstream']);
         for (const ak of Object.keys(a ?? {})) if (!known.has(ak)) refuse(`accounts.${name}.${ak}`);
-        // Every FlowMQ namespace has JetStream: `jetstream: enabled` needs nothing; disabled for one account cannot be said.
-        // A block of limits is the namespace's JetStream quotas (docs/jetstream.md, Accounts).
+        // As nats-server: a config account has JetStream only with a `jetstream` entry (`enabled` or a block of limits,
+        // the namespace's JetStream quotas, docs/jetstream.md, Accounts); without one, or `disabled`, the namespace's
+        // `jetstream` quota is 0 (its API answers 10039).
         const quotas = {};
-        if (typeof a.jetstream === 'object' && a.jetstream !== null) {
+        if (a.jetstream === undefined || a.jetstream === false || a.jetstream === 'disabled') quotas.jetstream = 0;
+        else if (typeof a.jetstream === 'object' && a.jetstream !== null) {
           for (const [jk, jv] of Object.entries(a.jetstream)) {
             const q = ACCOUNT_JS_LIMITS[jk];
             if (q === undefined || typeof jv !== 'number') refuse(`accounts.${name}.jetstream.${jk}`);

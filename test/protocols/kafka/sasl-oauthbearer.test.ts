@@ -7,7 +7,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Engine } from '../../../src/core/index.js';
-import { AccessControl, Directory, OidcVerifier, PasswordGuard } from '../../../src/control/index.js';
+import { AccessControl, Directory, PasswordGuard } from '../../../src/control/index.js';
+import { OidcVerifier } from '../../../src/control/oidc.js';
 import { MemoryControlStore } from '../../../src/storage/metastore/control-store.js';
 import { createKafkaAdapter, startKafkaListener } from '../../../src/protocols/kafka/index.js';
 import { accessSaslProvider } from '../../../src/protocols/kafka/auth.js';

@@ -37,6 +37,56 @@ export function namespaceOf(access: Access | null): string {
   return access?.principal.namespace ?? ANONYMOUS.namespace;
 }
 
+/**
+ * Whether the account has JetStream, as nats-server decides it for an account of a server with JetStream on: an
+ * account JWT enables it with JetStream limits (jwt-limits.ts), a namespace unless its `jetstream` quota is 0 (the
+ * shape of a nats-server config account without `jetstream`: test/interop/natsjs-suite/shim-conf.mjs says so).
+ */
+export function jetstreamEnabled(js: JetStreamState, namespace: string): boolean {
+  const jwt = js.authorizer?.jwtLimits?.(namespace);
+  if (jwt !== undefined) return jwt !== null;
+  return js.authorizer?.control.directory.namespace(namespace)?.quotas.jetstream !== 0;
+}
+
+/** The API a request is, as nats-server routes it (`STREAM.INFO`, `CONSUMER.CREATE`...), or null for others. */
+function apiOf(t: readonly string[]): string | null {
+  const [a, b, c] = t;
+  const n = t.length;
+  if (a === 'INFO') return n === 1 ? 'INFO' : null;
+  if (a === 'STREAM') {
+    if ((b === 'NAMES' || b === 'LIST') && n === 2) return `STREAM.${b}`;
+    if ((b === 'CREATE' || b === 'UPDATE' || b === 'DELETE' || b === 'INFO' || b === 'PURGE') && n === 3) return `STREAM.${b}`;
+    if (b === 'MSG' && (c === 'GET' || c === 'DELETE') && n === 4) return `STREAM.MSG.${c}`;
+  }
+  if (a === 'CONSUMER') {
+    if ((b === 'CREATE' && n >= 3 && n <= 5) || (b === 'DURABLE' && c === 'CREATE' && n === 5)) return 'CONSUMER.CREATE';
+    if ((b === 'NAMES' || b === 'LIST') && n === 3) return `CONSUMER.${b}`;
+    if ((b === 'INFO' || b === 'DELETE') && n === 4) return `CONSUMER.${b}`;
+  }
+  return null;
+}
+
+/**
+ * nats-server 2.9.10's answer to an account without JetStream (checked side by side: test/e2e/nats-account-off):
+ * each API it serves answers `JetStream not enabled for account` (503, 10039) in that API's response (the lists with
+ * empty paging, a purge with `purged: 0`); a pull request, a direct get or another subject gets none (null here).
+ * `t`: the request's tokens after `$JS.API`.
+ */
+export function notEnabledAnswer(t: readonly string[]): Json | null {
+  const api = apiOf(t);
+  if (api === null) return null;
+  const type = api === 'INFO' ? 'account_info_response' : `${api.toLowerCase().replace(/\./g, '_')}_response`;
+  const body: Json = { error: JsErr.notEnabledForAccount() };
+  if (api === 'STREAM.NAMES' || api === 'STREAM.LIST' || api === 'STREAM.INFO' || api === 'CONSUMER.NAMES' || api === 'CONSUMER.LIST') {
+    Object.assign(body, { total: 0, offset: 0, limit: 0 });
+    if (api === 'STREAM.NAMES') body.streams = null;
+    if (api === 'STREAM.LIST') body.streams = [];
+    if (api.startsWith('CONSUMER.')) body.consumers = [];
+  }
+  if (api === 'STREAM.PURGE') body.purged = 0;
+  return typed(type, body);
+}
+
 export function accountLimits(js: JetStreamState, namespace: string): AccountLimits {
   // Operator mode: the account JWT's limits, its R1 tier's when tiered (jwt-limits.ts).
   const jwt = js.authorizer?.jwtLimits?.(namespace) ?? null;

@@ -15,6 +15,7 @@ const e = (code: number, err_code: number, description: string): ApiError => ({ 
 
 export const JsErr = {
   badRequest: (d = 'bad request') => e(400, 10003, d),
+  notEnabledForAccount: () => e(503, 10039, 'JetStream not enabled for account'),
   invalidJson: () => e(400, 10025, 'invalid JSON'),
   streamNotFound: () => e(404, 10059, 'stream not found'),
   consumerNotFound: () => e(404, 10014, 'consumer not found'),

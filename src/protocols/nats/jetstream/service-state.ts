@@ -86,8 +86,11 @@ export interface AccountUsage {
 export interface JetStreamAuthorizer {
   control: AccessControl;
   accessOf(origin: string | undefined): Access | 'gone' | null;
-  /** Operator mode: the JetStream limits of the account JWT whose namespace this is, or null (jwt-limits.ts). */
-  jwtLimits?(namespace: string): JwtJetStreamLimits | null;
+  /**
+   * Operator mode: the JetStream limits of the account JWT whose namespace this is, null when that JWT enables none
+   * (jwt-limits.ts), undefined when no account JWT has this namespace.
+   */
+  jwtLimits?(namespace: string): JwtJetStreamLimits | null | undefined;
 }
 
 /** Messages a STREAM.INFO without subjects_filter (or LIST, /jsz) reads to count subjects before answering. */

@@ -40,7 +40,7 @@ import { JsErr } from './errors.js';
 import { levelsToTokens } from './subjects.js';
 import { BAD_JSON, errText, JetStreamState, type Json, NO_ANSWER, parseJson, typed } from './service-state.js';
 import { directServer, streamCreate, streamDelete, streamInfo, streamList, streamNames, streamPurge, streamUpdate } from './stream-api.js';
-import { accountInfo, accountLimits, checkAccounts, consumerLimitCheck, namespaceOf } from './account.js';
+import { accountInfo, accountLimits, checkAccounts, consumerLimitCheck, jetstreamEnabled, namespaceOf, notEnabledAnswer } from './account.js';
 import { directGet, msgDelete, msgGet, publishWith, storedTopic } from './message-api.js';
 import { consumerCreate, groupAdmin, consumerDelete, consumerInfoReq, consumerList, consumerNames, onAck, pullRequest } from './consumer-api.js';
 import { joinCluster, routeConsumer, routeStream } from './service-cluster.js';
@@ -291,6 +291,15 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
 
   private async onApi(asked: string[], body: string, reply: string, access: Access | null, names: NamespaceNames): Promise<void> {
     this.api.total++;
+    // An account without JetStream (account.ts jetstreamEnabled) gets nats-server's 10039 from every API, whatever
+    // it names: its permissions or streams are never looked at.
+    if (!jetstreamEnabled(this, names.namespace)) {
+      const off = notEnabledAnswer(asked);
+      if (off === null) return;
+      this.api.errors++;
+      this.reply(reply, off);
+      return;
+    }
     let out: Json;
     // The stream the request names, inside the namespace (names.ts); a qualified name written by a client is none.
     const qualified = qualifyApi(names, asked);
