@@ -67,6 +67,31 @@ export async function shardedStorageArgs(): Promise<string[]> {
   return [...args, ...shards.flatMap((u) => ['--wal-shard', u])];
 }
 
+/**
+ * Broker options for the diskless configuration: the PostgreSQL metastore, the WAL on S3 objects indexed in it
+ * (`--wal object`, its default 100 ms windows), S3 objects.
+ */
+export async function disklessStorageArgs(): Promise<string[]> {
+  const args = await sharedStorageArgs();
+  const at = args.indexOf('--wal');
+  return [...args.slice(0, at + 1), 'object', ...args.slice(at + 2)];
+}
+
+/** CPU ms the PostgreSQL servers of this run have used so far (both, once the sharded configuration started the second). */
+export async function postgresCpuMs(): Promise<number> {
+  const { postgres } = await sharedServices();
+  const servers = [postgres, ...(second ? [await second] : [])];
+  return servers.reduce((sum, s) => sum + (s.cpuMs?.() ?? 0), 0);
+}
+
+/** The PostgreSQL servers' CPU use with no broker writing (background work: checkpoints, statistics), ms per s, over 2 s. */
+export async function postgresIdleMsPerSec(): Promise<number> {
+  const a = await postgresCpuMs();
+  const t = performance.now();
+  await new Promise((r) => setTimeout(r, 2000));
+  return ((await postgresCpuMs()) - a) / ((performance.now() - t) / 1000);
+}
+
 /** Broker options for a fresh database and bucket prefix: PostgreSQL metastore and WAL, S3 objects. */
 export async function sharedStorageArgs(): Promise<string[]> {
   const { postgres, s3 } = await sharedServices();

@@ -7,7 +7,7 @@
  */
 import { execFile, execFileSync } from 'node:child_process';
 import { chown, mkdtemp, readdir, readFile, rename, rm } from 'node:fs/promises';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -29,6 +29,11 @@ export interface PostgresServer {
   startServer(): Promise<void>;
   /** Stops the server and removes its directory. */
   stop(): Promise<void>;
+  /**
+   * CPU time (user + system, ms) the server has used so far: the postmaster with its reaped children (backends that
+   * ended) and the live ones (backends, checkpointer, WAL writer...), from /proc. For a benchmark's CPU per MB.
+   */
+  cpuMs?(): number;
 }
 
 export interface StartPostgresOptions {
@@ -165,6 +170,7 @@ export async function startPostgres(opts: StartPostgresOptions = {}): Promise<Po
       return port;
     },
     url,
+    cpuMs: () => serverCpuMs(Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0])),
     async createDatabase(name?: string): Promise<string> {
       const db = name ?? `t_${process.pid}_${++dbCounter}`;
       const c = new pg.Client({ connectionString: url() });
@@ -194,4 +200,28 @@ export async function startPostgres(opts: StartPostgresOptions = {}): Promise<Po
       await rm(dir, { recursive: true, force: true, maxRetries: 5 });
     },
   };
+}
+
+/** /proc/<pid>/stat's fields after the command name: [state, ppid, ...]; null when the process is gone. */
+function statFields(pid: number): string[] | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return null;
+  }
+}
+
+/** CPU ms of a postmaster (with its reaped children: cutime, cstime) and its live children (clock ticks of 10 ms). */
+function serverCpuMs(postmaster: number): number {
+  const ticks = (f: string[], children: boolean): number => Number(f[11]) + Number(f[12]) + (children ? Number(f[13]) + Number(f[14]) : 0);
+  const own = statFields(postmaster);
+  if (!own) return 0;
+  let sum = ticks(own, true);
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const f = statFields(Number(name));
+    if (f && Number(f[1]) === postmaster) sum += ticks(f, false);
+  }
+  return sum * 10;
 }

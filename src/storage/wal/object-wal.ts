@@ -23,7 +23,7 @@ import { randomBytes } from 'node:crypto';
 import { FlowError, LatencyHistogram } from '../../core/index.js';
 import type { ObjectStore } from '../objects/types.js';
 import { connectPool, migratePostgres, pgError, type PgPool, type PostgresOptions } from '../postgres-util.js';
-import { appendRefusal, KeyFences } from './frame.js';
+import { PgKeyedWal, type PendingAppend } from './pg-keyed-wal.js';
 import { objectWalMigrations, walMigrations } from './postgres-migrations.js';
 import type { WalEntry, WriteAheadLog } from './types.js';
 
@@ -38,11 +38,7 @@ export interface ObjectWalOptions extends PostgresOptions {
   orphanAgeMs?: number;
 }
 
-interface Pending {
-  entry: WalEntry;
-  resolve(): void;
-  reject(err: Error): void;
-}
+type Pending = PendingAppend;
 
 /** The entries of one key in one window: a row of wal_object_ranges. */
 interface Range {
@@ -77,21 +73,10 @@ function rangesInsert(n: number): string {
   return t;
 }
 
-export class ObjectWal implements WriteAheadLog {
-  private closed = false;
-  private queue: Pending[] = [];
+export class ObjectWal extends PgKeyedWal implements WriteAheadLog {
   private queuedBytes = 0;
-  private flushing: Promise<void> | null = null;
   private windowTimer: NodeJS.Timeout | null = null;
   private windowOpen: (() => void) | null = null;
-  private readonly fences = new KeyFences();
-  private readonly resuming = new Set<string>();
-  private readonly epochs = new Map<string, number>();
-  private issued = 0;
-  private completed = 0;
-  private settledWaiters: Array<{ upTo: number; resolve: () => void }> = [];
-  private readonly keyBytes = new Map<string, number>();
-  private totalBytes = 0;
   private readonly windowMs: number;
   private readonly maxObjectBytes: number;
   private readonly writer = randomBytes(8).toString('hex');
@@ -104,10 +89,11 @@ export class ObjectWal implements WriteAheadLog {
   private objectsDeleted = 0;
 
   private constructor(
-    private readonly db: PgPool,
+    db: PgPool,
     private readonly objects: ObjectStore,
     opts: ObjectWalOptions,
   ) {
+    super(db);
     this.windowMs = opts.windowMs ?? 100;
     this.maxObjectBytes = opts.maxObjectBytes ?? 8 * 1024 * 1024;
   }
@@ -164,62 +150,9 @@ export class ObjectWal implements WriteAheadLog {
     };
   }
 
-  private addBytes(key: string, n: number): void {
-    const v = (this.keyBytes.get(key) ?? 0) + n;
-    if (v === 0) this.keyBytes.delete(key);
-    else this.keyBytes.set(key, v);
-    this.totalBytes += n;
-  }
-
-  private setBytes(key: string, n: number): void {
-    this.totalBytes += n - (this.keyBytes.get(key) ?? 0);
-    if (n === 0) this.keyBytes.delete(key);
-    else this.keyBytes.set(key, n);
-  }
-
-  async fence(key: string, epoch: number): Promise<void> {
-    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
-    if (!Number.isSafeInteger(epoch) || epoch < 0) throw new FlowError('INVALID_ARGUMENT', `bad epoch ${epoch}`);
-    if (epoch > (this.epochs.get(key) ?? -1)) this.epochs.set(key, epoch);
-    await this.appendsSettled();
-    const r = await this.db.query<{ epoch: number }>(
-      'WAL fence',
-      {
-        name: 'fmowal_fence',
-        text: `INSERT INTO wal_epochs AS w (key, epoch) VALUES ($1, $2)
-        ON CONFLICT (key) DO UPDATE SET epoch = GREATEST(w.epoch, excluded.epoch) RETURNING w.epoch`,
-      },
-      [key, epoch],
-    );
-    const e = r.rows[0].epoch;
-    if (e > (this.epochs.get(key) ?? -1)) this.epochs.set(key, e);
-  }
-
-  append(entry: WalEntry): Promise<void> {
-    if (!this.closed && (!Number.isSafeInteger(entry.epoch) || entry.epoch < 0)) {
-      return Promise.reject(new FlowError('INVALID_ARGUMENT', `bad WAL entry epoch ${entry.epoch} for ${entry.key}`));
-    }
-    const refused = appendRefusal(this.closed, entry) ?? this.epochRefusal(entry) ?? this.fences.check(entry);
-    if (refused) return Promise.reject(refused);
-    this.epochs.set(entry.key, entry.epoch);
-    this.issued++;
-    return new Promise<void>((resolve, reject) => {
-      this.queue.push({ entry, resolve, reject });
-      this.queuedBytes += entry.data.length;
-      if (this.queuedBytes >= this.maxObjectBytes) this.windowOpen?.();
-      this.flushing ??= this.flushLoop();
-    });
-  }
-
-  private appendsSettled(): Promise<void> {
-    if (this.completed >= this.issued) return Promise.resolve();
-    return new Promise<void>((resolve) => this.settledWaiters.push({ upTo: this.issued, resolve }));
-  }
-
-  private epochRefusal(entry: WalEntry): FlowError | null {
-    const known = this.epochs.get(entry.key);
-    if (known === undefined || entry.epoch >= known) return null;
-    return new FlowError('FENCED', `WAL: ${entry.key} is owned by epoch ${known}: epoch ${entry.epoch} is fenced`);
+  protected override queued(entry: WalEntry): void {
+    this.queuedBytes += entry.data.length;
+    if (this.queuedBytes >= this.maxObjectBytes) this.windowOpen?.();
   }
 
   /** Waits out the window (from its first append), unless it fills first or the log closes. */
@@ -237,7 +170,7 @@ export class ObjectWal implements WriteAheadLog {
     });
   }
 
-  private async flushLoop(): Promise<void> {
+  protected async flushLoop(): Promise<void> {
     while (this.queue.length > 0) {
       await this.windowElapsed();
       let bytes = 0;
@@ -254,12 +187,7 @@ export class ObjectWal implements WriteAheadLog {
         const e = err instanceof FlowError ? err : new FlowError('STORAGE_ERROR', 'WAL append failed', { cause: err });
         for (const p of group) p.reject(e);
       }
-      this.completed += group.length;
-      if (this.settledWaiters.length > 0) {
-        const ready = this.settledWaiters.filter((w) => w.upTo <= this.completed);
-        this.settledWaiters = this.settledWaiters.filter((w) => w.upTo > this.completed);
-        for (const w of ready) w.resolve();
-      }
+      this.settled(group.length);
     }
     this.flushing = null;
   }
@@ -361,11 +289,7 @@ export class ObjectWal implements WriteAheadLog {
     } catch (err) {
       this.failedWindows++;
       const e = err instanceof FlowError ? err : pgError('WAL append', err, this.db.endpoint);
-      for (const p of live) {
-        this.fences.refuse(p.entry.key, p.entry.baseOffset, e);
-        this.resuming.add(p.entry.key);
-      }
-      for (const p of live) p.reject(e);
+      this.failGroup(live, e);
       return;
     }
     if (accepted.length === 0) await this.objects.delete(key).catch(() => undefined);
@@ -379,10 +303,7 @@ export class ObjectWal implements WriteAheadLog {
       this.bytesWritten += r.bytes;
       if (!resumedSet.has(r.key)) this.addBytes(r.key, r.bytes);
     }
-    for (const { r, stored } of fenced) {
-      if (stored > (this.epochs.get(r.key) ?? -1)) this.epochs.set(r.key, stored);
-      for (const p of r.entries) p.reject(new FlowError('FENCED', `WAL: ${r.key} is owned by epoch ${stored}: epoch ${p.entry.epoch} is fenced`));
-    }
+    for (const { r, stored } of fenced) for (const p of r.entries) this.refuseFenced(p, stored);
     for (const r of accepted) for (const p of r.entries) p.resolve();
   }
 
@@ -410,7 +331,7 @@ export class ObjectWal implements WriteAheadLog {
   }
 
   async replay(fn: (entry: WalEntry) => void): Promise<void> {
-    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    this.checkOpen();
     let after = 0;
     for (;;) {
       const r = await this.db.query<RangeRow & { id: number }>(
@@ -430,9 +351,8 @@ export class ObjectWal implements WriteAheadLog {
   }
 
   async replayKey(key: string, fn: (entry: WalEntry) => void, after = 0): Promise<void> {
-    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
-    this.fences.forget(key);
-    this.resuming.delete(key);
+    this.checkOpen();
+    this.forgetFailures(key);
     let from = after;
     for (;;) {
       const r = await this.db.query<RangeRow & { end_offset: number }>(
@@ -459,7 +379,7 @@ export class ObjectWal implements WriteAheadLog {
   }
 
   async trim(flushedUpTo: (key: string) => number): Promise<number> {
-    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    this.checkOpen();
     const keys: string[] = [];
     const upTo: number[] = [];
     for (const key of this.keyBytes.keys()) {
@@ -512,7 +432,7 @@ export class ObjectWal implements WriteAheadLog {
   }
 
   async sharedKeys(): Promise<string[]> {
-    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    this.checkOpen();
     const r = await this.db.query<{ key: string }>('WAL keys', {
       name: 'fmowal_keys',
       text: 'SELECT key FROM wal_epochs UNION SELECT DISTINCT key FROM wal_object_ranges',
@@ -521,7 +441,7 @@ export class ObjectWal implements WriteAheadLog {
   }
 
   async dropKeys(keys: string[]): Promise<number> {
-    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    this.checkOpen();
     if (keys.length === 0) return 0;
     const r = await this.db.query<{ key: string; bytes: number; objects: string[] }>(
       'WAL drop keys',
@@ -543,10 +463,6 @@ export class ObjectWal implements WriteAheadLog {
     for (const key of keys) this.epochs.delete(key);
     await this.dropUnreferenced([...touched]);
     return released;
-  }
-
-  size(): number {
-    return this.totalBytes;
   }
 
   /** Writes what is gathered at once, finishes the windows already accepted, then closes the pool. */

@@ -28,7 +28,7 @@
 import { FlowError, LatencyHistogram } from '../../core/index.js';
 import type pg from 'pg';
 import { connectPool, migratePostgres, pgError, type PgPool, type PostgresOptions } from '../postgres-util.js';
-import { appendRefusal, KeyFences } from './frame.js';
+import { PgKeyedWal, type PendingAppend } from './pg-keyed-wal.js';
 import { walMigrations } from './postgres-migrations.js';
 import type { WalEntry, WriteAheadLog } from './types.js';
 
@@ -39,11 +39,7 @@ export interface PostgresWalOptions extends PostgresOptions {
   commitLatency?: LatencyHistogram;
 }
 
-interface Pending {
-  entry: WalEntry;
-  resolve(): void;
-  reject(err: Error): void;
-}
+type Pending = PendingAppend;
 
 /** Rows per INSERT statement: 6 parameters a row, PostgreSQL takes at most 65 535 per statement. */
 const ROWS_PER_INSERT = 2000;
@@ -95,22 +91,7 @@ const groupText = (n: number): string =>
       SELECT out_key, out_epoch FROM lk`,
   );
 
-export class PostgresWal implements WriteAheadLog {
-  private closed = false;
-  private queue: Pending[] = [];
-  private flushing: Promise<void> | null = null;
-  private readonly fences = new KeyFences();
-  /** Keys whose next accepted entry follows a failed group: it replaces what the key holds from its base on. */
-  private readonly resuming = new Set<string>();
-  /** Highest epoch seen per key (appends, fences): stale appends are refused without a round trip. */
-  private readonly epochs = new Map<string, number>();
-  /** Appends accepted into the queue, and those written or failed since (fence() waits for the ones before it). */
-  private issued = 0;
-  private completed = 0;
-  private settledWaiters: Array<{ upTo: number; resolve: () => void }> = [];
-  /** Bytes held per key, and in total. */
-  private readonly keyBytes = new Map<string, number>();
-  private totalBytes = 0;
+export class PostgresWal extends PgKeyedWal implements WriteAheadLog {
   private readonly maxGroupBytes: number;
   private commits = 0;
   /** Duration of each group's transaction (ms), for /metrics. */
@@ -124,10 +105,8 @@ export class PostgresWal implements WriteAheadLog {
   private bytesWritten = 0;
   private failedGroups = 0;
 
-  private constructor(
-    private readonly db: PgPool,
-    opts: PostgresWalOptions,
-  ) {
+  private constructor(db: PgPool, opts: PostgresWalOptions) {
+    super(db);
     this.maxGroupBytes = opts.maxGroupBytes ?? 8 * 1024 * 1024;
     this.commitLatency = opts.commitLatency ?? new LatencyHistogram();
   }
@@ -169,67 +148,7 @@ export class PostgresWal implements WriteAheadLog {
     };
   }
 
-  private addBytes(key: string, n: number): void {
-    const v = (this.keyBytes.get(key) ?? 0) + n;
-    if (v === 0) this.keyBytes.delete(key);
-    else this.keyBytes.set(key, v);
-    this.totalBytes += n;
-  }
-
-  private setBytes(key: string, n: number): void {
-    this.totalBytes += n - (this.keyBytes.get(key) ?? 0);
-    if (n === 0) this.keyBytes.delete(key);
-    else this.keyBytes.set(key, n);
-  }
-
-  async fence(key: string, epoch: number): Promise<void> {
-    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
-    if (!Number.isSafeInteger(epoch) || epoch < 0) throw new FlowError('INVALID_ARGUMENT', `bad epoch ${epoch}`);
-    // Per-key order: appends of the key issued after this call are held to the new epoch at once, and those issued
-    // before it are written (or fail) before the fence is.
-    if (epoch > (this.epochs.get(key) ?? -1)) this.epochs.set(key, epoch);
-    await this.appendsSettled();
-    // Waits for a group holding the key's lock; groups after it see the raised epoch.
-    const r = await this.db.query<{ epoch: number }>(
-      'WAL fence',
-      {
-        name: 'fmwal_fence',
-        text: `INSERT INTO wal_epochs AS w (key, epoch) VALUES ($1, $2)
-        ON CONFLICT (key) DO UPDATE SET epoch = GREATEST(w.epoch, excluded.epoch) RETURNING w.epoch`,
-      },
-      [key, epoch],
-    );
-    const e = r.rows[0].epoch;
-    if (e > (this.epochs.get(key) ?? -1)) this.epochs.set(key, e);
-  }
-
-  append(entry: WalEntry): Promise<void> {
-    if (!this.closed && (!Number.isSafeInteger(entry.epoch) || entry.epoch < 0)) {
-      return Promise.reject(new FlowError('INVALID_ARGUMENT', `bad WAL entry epoch ${entry.epoch} for ${entry.key}`));
-    }
-    const refused = appendRefusal(this.closed, entry) ?? this.epochRefusal(entry) ?? this.fences.check(entry);
-    if (refused) return Promise.reject(refused);
-    this.epochs.set(entry.key, entry.epoch);
-    this.issued++;
-    return new Promise<void>((resolve, reject) => {
-      this.queue.push({ entry, resolve, reject });
-      this.flushing ??= this.flushLoop();
-    });
-  }
-
-  /** Resolves once every append issued before the call has been written or has failed (groups go in order). */
-  private appendsSettled(): Promise<void> {
-    if (this.completed >= this.issued) return Promise.resolve();
-    return new Promise<void>((resolve) => this.settledWaiters.push({ upTo: this.issued, resolve }));
-  }
-
-  private epochRefusal(entry: WalEntry): FlowError | null {
-    const known = this.epochs.get(entry.key);
-    if (known === undefined || entry.epoch >= known) return null;
-    return new FlowError('FENCED', `WAL: ${entry.key} is owned by epoch ${known}: epoch ${entry.epoch} is fenced`);
-  }
-
-  private async flushLoop(): Promise<void> {
+  protected async flushLoop(): Promise<void> {
     // Let the appends made in the same tick join the first group.
     await Promise.resolve();
     while (this.queue.length > 0) {
@@ -247,12 +166,7 @@ export class PostgresWal implements WriteAheadLog {
         const e = err instanceof FlowError ? err : new FlowError('STORAGE_ERROR', 'WAL append failed', { cause: err });
         for (const p of group) p.reject(e);
       }
-      this.completed += group.length;
-      if (this.settledWaiters.length > 0) {
-        const ready = this.settledWaiters.filter((w) => w.upTo <= this.completed);
-        this.settledWaiters = this.settledWaiters.filter((w) => w.upTo > this.completed);
-        for (const w of ready) w.resolve();
-      }
+      this.settled(group.length);
     }
     this.flushing = null;
   }
@@ -337,11 +251,7 @@ export class PostgresWal implements WriteAheadLog {
       this.failedGroups++;
       const e = err instanceof FlowError ? err : pgError('WAL append', err, this.db.endpoint);
       // Every entry of the group fails, and so do those of its keys already queued behind it.
-      for (const p of live) {
-        this.fences.refuse(p.entry.key, p.entry.baseOffset, e);
-        this.resuming.add(p.entry.key);
-      }
-      for (const p of live) p.reject(e);
+      this.failGroup(live, e);
       return;
     }
     this.commits++;
@@ -354,15 +264,12 @@ export class PostgresWal implements WriteAheadLog {
       this.bytesWritten += p.entry.data.length;
       if (!resumedSet.has(p.entry.key)) this.addBytes(p.entry.key, p.entry.data.length);
     }
-    for (const { p, stored } of fenced) {
-      if (stored > (this.epochs.get(p.entry.key) ?? -1)) this.epochs.set(p.entry.key, stored);
-      p.reject(new FlowError('FENCED', `WAL: ${p.entry.key} is owned by epoch ${stored}: epoch ${p.entry.epoch} is fenced`));
-    }
+    for (const { p, stored } of fenced) this.refuseFenced(p, stored);
     for (const p of accepted) p.resolve();
   }
 
   async replay(fn: (entry: WalEntry) => void): Promise<void> {
-    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    this.checkOpen();
     // Paged by id (the append order), so a large log is never held in memory at once.
     let after = 0;
     for (;;) {
@@ -383,12 +290,11 @@ export class PostgresWal implements WriteAheadLog {
   }
 
   async replayKey(key: string, fn: (entry: WalEntry) => void, after = 0): Promise<void> {
-    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    this.checkOpen();
     // The caller fenced the key first (which waited for this WAL's appends of it to settle): what the table holds is
     // the whole truth, and the key resumes where it ends. A failure while this broker wrote the key before (it may
     // have changed hands since) no longer constrains where its next entry starts.
-    this.fences.forget(key);
-    this.resuming.delete(key);
+    this.forgetFailures(key);
     // Paged by end offset along the (key, end_offset) index: a key's entries are contiguous and never overlap (a
     // resumed key replaces what it held from the failed offset on; a fenced writer adds nothing), so this is the
     // append order.
@@ -419,7 +325,7 @@ export class PostgresWal implements WriteAheadLog {
   }
 
   async trim(flushedUpTo: (key: string) => number): Promise<number> {
-    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    this.checkOpen();
     const keys: string[] = [];
     const upTo: number[] = [];
     for (const key of this.keyBytes.keys()) {
@@ -450,7 +356,7 @@ export class PostgresWal implements WriteAheadLog {
   }
 
   async sharedKeys(): Promise<string[]> {
-    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    this.checkOpen();
     const r = await this.db.query<{ key: string }>('WAL keys', {
       name: 'fmwal_keys',
       text: 'SELECT key FROM wal_epochs UNION SELECT DISTINCT key FROM wal_entries',
@@ -459,7 +365,7 @@ export class PostgresWal implements WriteAheadLog {
   }
 
   async dropKeys(keys: string[]): Promise<number> {
-    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    this.checkOpen();
     if (keys.length === 0) return 0;
     const r = await this.db.query<{ key: string; bytes: number }>(
       'WAL drop keys',
@@ -478,10 +384,6 @@ export class PostgresWal implements WriteAheadLog {
     }
     for (const key of keys) this.epochs.delete(key);
     return released;
-  }
-
-  size(): number {
-    return this.totalBytes;
   }
 
   /** Finishes the appends already accepted, then closes the pool. */
