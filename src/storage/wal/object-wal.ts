@@ -380,15 +380,7 @@ export class ObjectWal extends PgKeyedWal implements WriteAheadLog {
 
   async trim(flushedUpTo: (key: string) => number): Promise<number> {
     this.checkOpen();
-    const keys: string[] = [];
-    const upTo: number[] = [];
-    for (const key of this.keyBytes.keys()) {
-      const f = flushedUpTo(key);
-      if (f > 0) {
-        keys.push(key);
-        upTo.push(f);
-      }
-    }
+    const { keys, upTo } = this.flushedKeys(flushedUpTo);
     if (keys.length === 0) return 0;
     const r = await this.db.query<{ key: string; bytes: number; objects: string[] }>(
       'WAL trim',
@@ -401,13 +393,8 @@ export class ObjectWal extends PgKeyedWal implements WriteAheadLog {
       },
       [keys, upTo],
     );
-    let released = 0;
-    const touched = new Set<string>();
-    for (const row of r.rows) {
-      this.addBytes(row.key, -row.bytes);
-      released += row.bytes;
-      for (const o of row.objects) touched.add(o);
-    }
+    const released = this.release(r.rows);
+    const touched = new Set(r.rows.flatMap((row) => row.objects));
     await this.dropUnreferenced([...touched]);
     return released;
   }
@@ -453,13 +440,8 @@ export class ObjectWal extends PgKeyedWal implements WriteAheadLog {
       },
       [keys],
     );
-    let released = 0;
-    const touched = new Set<string>();
-    for (const row of r.rows) {
-      this.addBytes(row.key, -row.bytes);
-      released += row.bytes;
-      for (const o of row.objects) touched.add(o);
-    }
+    const released = this.release(r.rows);
+    const touched = new Set(r.rows.flatMap((row) => row.objects));
     for (const key of keys) this.epochs.delete(key);
     await this.dropUnreferenced([...touched]);
     return released;

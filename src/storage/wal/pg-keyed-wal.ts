@@ -139,6 +139,30 @@ export abstract class PgKeyedWal {
     this.resuming.delete(key);
   }
 
+  /** The keys held here that `flushedUpTo` says are flushed past 0, with those offsets (trim's parameters). */
+  protected flushedKeys(flushedUpTo: (key: string) => number): { keys: string[]; upTo: number[] } {
+    const keys: string[] = [];
+    const upTo: number[] = [];
+    for (const key of this.keyBytes.keys()) {
+      const f = flushedUpTo(key);
+      if (f > 0) {
+        keys.push(key);
+        upTo.push(f);
+      }
+    }
+    return { keys, upTo };
+  }
+
+  /** Rows of a trim or a drop (bytes deleted per key) taken off the held bytes; returns their sum. */
+  protected release(rows: ReadonlyArray<{ key: string; bytes: number }>): number {
+    let released = 0;
+    for (const row of rows) {
+      this.addBytes(row.key, -row.bytes);
+      released += row.bytes;
+    }
+    return released;
+  }
+
   size(): number {
     return this.totalBytes;
   }

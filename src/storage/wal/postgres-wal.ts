@@ -326,15 +326,7 @@ export class PostgresWal extends PgKeyedWal implements WriteAheadLog {
 
   async trim(flushedUpTo: (key: string) => number): Promise<number> {
     this.checkOpen();
-    const keys: string[] = [];
-    const upTo: number[] = [];
-    for (const key of this.keyBytes.keys()) {
-      const f = flushedUpTo(key);
-      if (f > 0) {
-        keys.push(key);
-        upTo.push(f);
-      }
-    }
+    const { keys, upTo } = this.flushedKeys(flushedUpTo);
     if (keys.length === 0) return 0;
     const r = await this.db.query<{ key: string; bytes: number }>(
       'WAL trim',
@@ -347,12 +339,7 @@ export class PostgresWal extends PgKeyedWal implements WriteAheadLog {
       },
       [keys, upTo],
     );
-    let released = 0;
-    for (const row of r.rows) {
-      this.addBytes(row.key, -row.bytes);
-      released += row.bytes;
-    }
-    return released;
+    return this.release(r.rows);
   }
 
   async sharedKeys(): Promise<string[]> {
@@ -377,11 +364,7 @@ export class PostgresWal extends PgKeyedWal implements WriteAheadLog {
       },
       [keys],
     );
-    let released = 0;
-    for (const row of r.rows) {
-      this.addBytes(row.key, -row.bytes);
-      released += row.bytes;
-    }
+    const released = this.release(r.rows);
     for (const key of keys) this.epochs.delete(key);
     return released;
   }
