@@ -167,8 +167,8 @@ export function faultSchedule(
       spec.durationMs = between(4000, 10_000);
       spec.lossPercent = between(10, 40);
     }
-    if (kind === 's3-stall' || kind === 's3-cut' || kind === 's3-slow' || kind === 'pg-slow' || kind === 'bit-flip' || kind === 'pg-failover')
-      spec.broker = null;
+    // Faults of every broker at once, or of a broker of their own (join-leave's spare): no victim.
+    if (['s3-stall', 's3-cut', 's3-slow', 'pg-slow', 'bit-flip', 'pg-failover', 'join-leave'].includes(kind)) spec.broker = null;
     return spec;
   };
 }

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { FaultProxy } from '../helpers/fault-proxy.js';
-import { DEFAULT_FAULT_KINDS, FAULT_KINDS, faultSchedule } from '../../bench/reliability/chaos-nemesis.js';
+import { DEFAULT_FAULT_KINDS, defaultFaultKinds, FAULT_KINDS, faultSchedule, NETNS_KINDS } from '../../bench/reliability/chaos-nemesis.js';
 
 /** An echo server on a free port. */
 async function echoServer(): Promise<{ server: Server; port: number }> {
@@ -165,11 +165,14 @@ describe('nemesis schedule', () => {
       [...DEFAULT_FAULT_KINDS, ...DEFAULT_FAULT_KINDS],
     );
     assert.ok(!DEFAULT_FAULT_KINDS.includes('pg-failover'), 'pg-failover needs --pg-ha');
+    assert.ok(!DEFAULT_FAULT_KINDS.some((k) => NETNS_KINDS.includes(k)), 'the net-* kinds need --netns');
     for (const f of a) {
       if (f.kind === 'pause' || f.kind === 'pg-partition') assert.ok(f.durationMs > 2000, `${f.kind} outlasts the lease`);
-      if (f.kind === 's3-stall' || f.kind === 's3-cut' || f.kind === 'bit-flip') assert.equal(f.broker, null);
-      else assert.ok([1, 2, 3].includes(f.broker!));
+      // Faults of every broker at once, or of a broker of their own (join-leave's spare): no victim drawn.
+      if (['s3-stall', 's3-cut', 's3-slow', 'pg-slow', 'bit-flip', 'join-leave'].includes(f.kind)) assert.equal(f.broker, null);
+      else assert.ok([1, 2, 3].includes(f.broker!), `${f.kind}: victim ${f.broker}`);
       if (f.kind === 'torn-write') assert.ok(f.durationMs >= 200 && f.pick >= 0 && f.pick < 1);
+      if (f.kind === 'pg-slow' || f.kind === 's3-slow') assert.ok(f.delayMs! > 0 && f.durationMs > 0, `${f.kind} slows for a while`);
     }
   });
 
@@ -179,6 +182,21 @@ describe('nemesis schedule', () => {
       Array.from({ length: 4 }, () => next().kind),
       ['bit-flip', 'pg-failover', 'bit-flip', 'pg-failover'],
     );
-    assert.equal(FAULT_KINDS.length, DEFAULT_FAULT_KINDS.length + 1);
+    assert.equal(FAULT_KINDS.length, DEFAULT_FAULT_KINDS.length + 1 + NETNS_KINDS.length);
+  });
+
+  it('with --netns: the network kinds instead of the proxy in front of the cluster ports; with --pg-ha: the failover', () => {
+    const netns = defaultFaultKinds({ netns: true });
+    assert.ok(NETNS_KINDS.every((k) => netns.includes(k)));
+    assert.ok(!netns.includes('peer-partition') && !netns.includes('pg-failover'));
+    assert.deepEqual(defaultFaultKinds({}), DEFAULT_FAULT_KINDS);
+    assert.deepEqual(
+      defaultFaultKinds({ netns: true, pgHa: true }),
+      FAULT_KINDS.filter((k) => k !== 'peer-partition'),
+    );
+    const next = faultSchedule(3, 2000, [1, 2, 3], [1000, 2000], ['net-loss', 'net-pg']);
+    const loss = next();
+    assert.ok(loss.lossPercent! >= 10 && loss.lossPercent! <= 40 && [1, 2, 3].includes(loss.broker!));
+    assert.ok(next().durationMs > 2000, 'net-pg outlasts the lease');
   });
 });
