@@ -12,6 +12,8 @@
  *   committed offsets, producer states and JetStream consumers);
  * - its Kafka consumer groups (`$ns/<ns>/<group>`): the coordinator's members dropped (a disconnected Kafka client
  *   stays a member until its session times out) and the group's committed offsets, whatever stream they are on;
+ * - its Kafka transactional ids (`$ns/<ns>/<id>`): the transaction coordinator's state, in memory and in the
+ *   metastore (control documents `txn`); the aborted lists of its streams (`txn-aborted`) went with each stream;
  * - its MQTT sessions (client ids `$ns/<ns>/<id>`): persistent sessions with their subscriptions and queued messages,
  *   in the MQTT module's memory and in the metastore;
  * - its retained messages (topics `$ns/<ns>/...`), in memory and in the metastore (in cluster mode every broker's
@@ -24,8 +26,9 @@
  * The metastore's other tables hold nothing of a namespace but through these names: JetStream consumers, producer
  * states, segments and partitions go with their stream. Of `control_docs`, the kinds not deleted here name users
  * (gone before), tokens (a user's), quotas of users, the broker's settings, or are the Kafka transaction
- * coordinator's (`txn` by transactional id, `txn-aborted` by stream partition): those of the namespace's
- * transactional ids and streams are left (not yet deleted; the coordinator holds them in memory too).
+ * coordinator's, deleted above (`txn` by transactional id) or with their stream (`txn-aborted` by stream partition).
+ * In cluster mode a transactional id another broker coordinates leaves the metastore here; that broker's memory
+ * keeps it until the id's next owner change.
  *
  * A namespace made again under the same name starts empty: nothing of the deleted one applies to it. In cluster mode
  * the other brokers disconnect their clients of the namespace when their directory learns it is gone (the `control`
@@ -48,6 +51,8 @@ export interface NamespaceRemoval {
   groups: number;
   /** MQTT sessions (persistent sessions, with their subscriptions and queued messages). */
   sessions: number;
+  /** Kafka transactional ids (the transaction coordinator's state). */
+  transactionalIds: number;
   retained: number;
   policies: number;
   rabbitPolicies: number;
@@ -126,7 +131,18 @@ export async function removeNamespace(
   const users = dir.listUsers().filter((u) => u.namespace === name).length;
   if (users > 0) throw new FlowError('INVALID_ARGUMENT', `namespace "${name}" still has ${users} user(s)`);
   const ns = namespaceNames(name);
-  const out: NamespaceRemoval = { disconnected: 0, queues: 0, exchanges: 0, streams: 0, groups: 0, sessions: 0, retained: 0, policies: 0, rabbitPolicies: 0 };
+  const out: NamespaceRemoval = {
+    disconnected: 0,
+    queues: 0,
+    exchanges: 0,
+    streams: 0,
+    groups: 0,
+    sessions: 0,
+    transactionalIds: 0,
+    retained: 0,
+    policies: 0,
+    rabbitPolicies: 0,
+  };
   const kicked = disconnectNamespace(access.clients, name);
   out.disconnected = kicked.length;
   // Bounded: a connection that does not end in time does not keep the namespace; its session may then be written
@@ -157,6 +173,13 @@ export async function removeNamespace(
     groups.add(g);
   }
   out.groups = groups.size;
+  const txnIds = new Set((await engine.transactions.removeIds?.((id) => ns.ownName(id) !== null)) ?? []);
+  // Those the coordinator did not hold (Kafka not running here; cluster mode: ids another broker coordinates).
+  for (const r of await dir.store.listControl('txn')) {
+    if (ns.ownName(r.name) === null) continue;
+    if (await dir.store.deleteControl('txn', r.name)) txnIds.add(r.name);
+  }
+  out.transactionalIds = txnIds.size;
   const mqtt = hooks.mqttSessions?.() ?? null;
   for (const s of await engine.store.listSessions('mqtt')) {
     if (ns.ownName(s.clientId) === null) continue;

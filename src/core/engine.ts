@@ -205,6 +205,7 @@ export class Engine implements Router {
     // the definition (not before): a failed delete leaves the stream with its consumers, and the store keeps no
     // tie between the two (no foreign key) that would do it for us.
     await this.store.deleteConsumers(name);
+    await this.transactions.streamDeleted(name, e.def.partitions);
     await this.router.streamDeleted(name);
     await this.storage.dropStream(name);
   }

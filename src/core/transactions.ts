@@ -52,6 +52,27 @@ export class TxnPartitions {
     return true;
   }
 
+  /**
+   * Deletes the stored transaction state of a deleted stream's partitions (their aborted lists); set by whoever
+   * stores it (the Kafka transaction coordinator's metastore documents).
+   */
+  removeStored: ((stream: string, partitions: number) => Promise<void>) | null = null;
+  /**
+   * Deletes the transactional ids `match` selects (a namespace is deleted, src/control/namespace-removal.ts), in
+   * memory and in the store; answers their names. Set by the Kafka transaction coordinator (null: Kafka not running).
+   */
+  removeIds: ((match: (transactionalId: string) => boolean) => Promise<string[]>) | null = null;
+
+  /**
+   * A stream was deleted: its partitions' open transactions and aborted lists go, here and in the store, so that a
+   * stream made again under the same name inherits none (a read_committed reader would skip its records at the
+   * offsets of the old aborts, or stop at an old open transaction's first offset).
+   */
+  async streamDeleted(stream: string, partitions: number): Promise<void> {
+    for (let p = 0; p < partitions; p++) this.reset(stream, p);
+    await this.removeStored?.(stream, partitions);
+  }
+
   /** Forgets what is known of a partition (it moved to another broker; the next owner loads it from the metastore). */
   reset(stream: string, partition: number): void {
     const k = key(stream, partition);

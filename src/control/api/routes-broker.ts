@@ -3,7 +3,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { FlowError } from '../../core/index.js';
-import { PAGE_QUERY, authorize, authorizeAdmin, notFound, paginate } from './common.js';
+import { PAGE_QUERY, adminScope, authorize, authorizeAdmin, namespaceAdmin, namespaceOf, notFound, paginate } from './common.js';
 import type { ApiContext } from './types.js';
 
 const LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'];
@@ -46,8 +46,27 @@ export function brokerRoutes(app: FastifyInstance, ctx: ApiContext): void {
 
   app.get(
     '/api/v1/overview',
-    { schema: { tags: ['broker'], summary: 'Cumulative counters for the dashboard (rates: difference of two samples)' } },
+    {
+      schema: {
+        tags: ['broker'],
+        summary: "Cumulative counters for the dashboard (rates: difference of two samples); a namespace administrator's: its namespaces' only",
+      },
+    },
     async (req) => {
+      // A namespace administrator (docs/namespaces.md) gets the figures of the namespaces it administers, counted as
+      // the broker's are, without the engine's broker-wide counters.
+      if (namespaceAdmin(access, req)) {
+        const scope = adminScope(access, req) as ReadonlySet<string>;
+        return {
+          at: Date.now(),
+          connections: access.clients.list().filter((c) => scope.has(c.namespace)).length,
+          byProtocol: access.clients.totals().filter((t) => scope.has(t.namespace)),
+          streams: engine.listAllStreams().filter((x) => scope.has(namespaceOf('stream', x.name)!)).length,
+          queues: engine.listQueues().filter((q) => scope.has(namespaceOf('queue', q.name)!)).length,
+          users: access.directory.listUsers().filter((u) => scope.has(u.namespace)).length,
+          policies: access.directory.policies.defs().filter((p) => p.namespace !== undefined && scope.has(p.namespace)).length,
+        };
+      }
       authorize(access, req, 'describe', 'cluster', '*');
       return {
         at: Date.now(),
@@ -67,7 +86,7 @@ export function brokerRoutes(app: FastifyInstance, ctx: ApiContext): void {
     {
       schema: {
         tags: ['clients'],
-        summary: 'Connected clients of every protocol, filtered',
+        summary: "Connected clients of every protocol, filtered (a namespace administrator's: its namespaces' only)",
         querystring: {
           type: 'object',
           additionalProperties: false,
@@ -82,10 +101,13 @@ export function brokerRoutes(app: FastifyInstance, ctx: ApiContext): void {
       },
     },
     async (req) => {
-      authorize(access, req, 'describe', 'cluster', '*');
+      // A namespace administrator lists the clients of the namespaces it administers.
+      const scope = namespaceAdmin(access, req) ? (adminScope(access, req) as ReadonlySet<string>) : null;
+      if (scope === null) authorize(access, req, 'describe', 'cluster', '*');
       const { protocol, user, namespace, q } = req.query;
       const list = access.clients
         .list()
+        .filter((c) => scope === null || scope.has(c.namespace))
         .filter((c) => protocol === undefined || c.reg.protocol === protocol)
         .filter((c) => user === undefined || c.user === user)
         .filter((c) => namespace === undefined || c.namespace === namespace)
@@ -101,9 +123,11 @@ export function brokerRoutes(app: FastifyInstance, ctx: ApiContext): void {
     '/api/v1/clients/:id',
     { schema: { tags: ['clients'], summary: 'One connected client', params: idParam } },
     async (req) => {
-      authorize(access, req, 'describe', 'cluster', '*');
+      const scope = namespaceAdmin(access, req) ? (adminScope(access, req) as ReadonlySet<string>) : null;
+      if (scope === null) authorize(access, req, 'describe', 'cluster', '*');
       const c = access.clients.get(req.params.id);
-      if (!c) throw notFound('client', req.params.id);
+      // Another namespace's client is answered as an absent one.
+      if (!c || (scope !== null && !scope.has(c.namespace))) throw notFound('client', req.params.id);
       return c.view();
     },
   );

@@ -121,6 +121,9 @@ export class KafkaAdapter {
     this.transactions.idExpirationMs = options.transactionalIdExpirationMs;
     // The log cleaner shortens a partition's aborted list (compaction.ts): stored where the coordinator keeps it.
     ctx.engine.transactions.persistAborted = (stream, partition, aborted) => this.transactions.storeAborted(stream, partition, aborted);
+    // A deleted stream's aborted lists and a deleted namespace's transactional ids leave the store with it.
+    ctx.engine.transactions.removeStored = (stream, partitions) => this.transactions.deleteAborted(stream, partitions);
+    ctx.engine.transactions.removeIds = (match) => this.transactions.removeIds(match);
     this.fetchSessions = new FetchSessionCache({ maxSlots: options.fetchSessionCacheSlots, evictionMs: options.fetchSessionEvictionMs });
     this.cluster = options.cluster ? new KafkaCluster(options.cluster, this.groups, ctx.logger.child({ component: 'kafka-cluster' }), this.transactions) : null;
     // The SASL APIs are offered only when there is something to authenticate against; client quotas and SCRAM

@@ -8,7 +8,12 @@ export async function render(view) {
   const tokensBox = h('div');
   const nameOf = (u) => u.username ?? u.name;
   const load = async () => {
-    const [users, groups, tokens] = await Promise.all([list('users'), list('groups'), list('tokens').catch(() => ({ items: [] }))]);
+    // Groups of users are the broker's: a namespace administrator is refused them (403) and sees the page without.
+    const [users, groups, tokens] = await Promise.all([
+      list('users'),
+      list('groups').catch((e) => (e.status === 403 ? null : Promise.reject(e))),
+      list('tokens').catch(() => ({ items: [] })),
+    ]);
     usersBox.replaceChildren(
       table(
         [
@@ -62,26 +67,28 @@ export async function render(view) {
       ),
     );
     groupsBox.replaceChildren(
-      table(
-        [
-          { title: 'Name', get: (g) => g.name },
-          { title: 'Description', get: (g) => g.description ?? '' },
-          {
-            title: '',
-            get: (g) =>
-              button(
-                'Delete',
-                async () => {
-                  if (!confirm(`Delete group ${g.name}?`)) return;
-                  if (await act(() => api('DELETE', `groups/${enc(g.name)}`), 'Group deleted.')) await act(load);
-                },
-                'danger small',
-              ),
-          },
-        ],
-        groups.items,
-        { empty: 'No group. (Members of "admins" may do everything.)' },
-      ),
+      groups === null
+        ? h('p.muted', "Groups of users are the broker's: its administrators manage them.")
+        : table(
+            [
+              { title: 'Name', get: (g) => g.name },
+              { title: 'Description', get: (g) => g.description ?? '' },
+              {
+                title: '',
+                get: (g) =>
+                  button(
+                    'Delete',
+                    async () => {
+                      if (!confirm(`Delete group ${g.name}?`)) return;
+                      if (await act(() => api('DELETE', `groups/${enc(g.name)}`), 'Group deleted.')) await act(load);
+                    },
+                    'danger small',
+                  ),
+              },
+            ],
+            groups.items,
+            { empty: 'No group. (Members of "admins" may do everything.)' },
+          ),
     );
     tokensBox.replaceChildren(
       table(

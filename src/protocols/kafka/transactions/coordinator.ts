@@ -145,6 +145,11 @@ export class TransactionCoordinator {
     if (!cluster) {
       for (const r of await this.store.listControl('txn-aborted')) {
         const { stream, partition, aborted } = r.data as { stream: string; partition: number; aborted: AbortedTxn[] };
+        // Left by a stream deleted before its lists went with it: removed.
+        if (this.engine.getStream(stream) === undefined) {
+          await this.store.deleteControl('txn-aborted', r.name);
+          continue;
+        }
         this.partitions.setAborted(stream, partition, aborted);
       }
       const docs: ControlRecord[] = await this.store.listControl('txn');
@@ -632,6 +637,32 @@ export class TransactionCoordinator {
       offset = next;
     }
     await Promise.all(copies);
+  }
+
+  /**
+   * A stream was deleted (TxnPartitions.streamDeleted, which dropped their memory): its partitions' aborted lists leave
+   * the store. Not fenced: the stream is gone whoever led its partitions.
+   */
+  async deleteAborted(stream: string, partitions: number): Promise<void> {
+    for (let p = 0; p < partitions; p++) await this.store.deleteControl('txn-aborted', abortedDocName(stream, p));
+  }
+
+  /**
+   * Deletes the transactional ids `match` selects (their namespace is deleted; its streams went before), each on its
+   * chain: memory and stored document. A request queued behind finds no state and starts afresh. Answers their names.
+   */
+  async removeIds(match: (transactionalId: string) => boolean): Promise<string[]> {
+    const ids = [...this.txns.keys()].filter(match);
+    for (const id of ids) {
+      await this.run(id, async () => {
+        const m = this.txns.get(id);
+        if (m === undefined) return;
+        await this.store.deleteControl('txn', id, this.fences.get(id));
+        this.txns.delete(id);
+        if (this.byProducer.get(m.producerId) === id) this.byProducer.delete(m.producerId);
+      });
+    }
+    return ids;
   }
 
   /**
