@@ -89,6 +89,7 @@ describe('e2e: a deleted namespace takes its groups, retained messages and MQTT 
       host: '127.0.0.1',
       protocols: 'mqtt,kafka',
       'mqtt-port': '0',
+      'mqtt-ws-port': '0',
       'kafka-port': '0',
       'http-port': '0',
       'users-file': join(dir, 'users.yaml'),

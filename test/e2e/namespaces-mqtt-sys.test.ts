@@ -50,6 +50,7 @@ describe('e2e: a tenant sees no $SYS figures of the broker nor of other tenants'
       host: '127.0.0.1',
       protocols: 'mqtt',
       'mqtt-port': '0',
+      'mqtt-ws-port': '0',
       'http-port': '0',
       'users-file': join(dir, 'users.yaml'),
       'mqtt-sys-interval': '200ms',

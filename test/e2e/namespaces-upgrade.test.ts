@@ -36,6 +36,7 @@ describe('e2e: a data directory made before namespaces', { timeout: 60_000 }, ()
       host: '127.0.0.1',
       protocols: 'mqtt,kafka,amqp',
       'mqtt-port': '0',
+      'mqtt-ws-port': '0',
       'kafka-port': '0',
       'amqp-port': '0',
       'http-port': '0',

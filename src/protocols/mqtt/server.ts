@@ -93,6 +93,9 @@ export async function startMqttWsListener(ctx: AdapterContext, listen: WsListenO
     handleProtocols: (protocols) => (protocols.has('mqtt') ? 'mqtt' : protocols.has('mqttv3.1') ? 'mqttv3.1' : false),
     maxPayload: hub.opts.maxPacketSize + 16,
   });
+  // ws re-emits the HTTP server's errors (EADDRINUSE at listen among them) on the WebSocketServer: the server's own
+  // handler (listenOn) reports them, and without one here they would be thrown as an unhandled 'error' event.
+  wss.on('error', () => undefined);
   const l = await serve('mqtt-ws', server, null, hub, false, ctx, listen);
   wss.on('connection', (ws, req) => {
     const stream = createWebSocketStream(ws);

@@ -417,6 +417,8 @@ export async function startNatsWsListener(shared: NatsListenerShared, listen: Na
   // one whole message beyond the client's own flush threshold: a bound per connection on what ws buffers.
   const maxPayload = listen.maxFrameBytes ?? adapter.options.maxPayload + adapter.options.maxControlLine + 1024 * 1024;
   const wss = new WebSocketServer({ server, maxPayload, perMessageDeflate: false });
+  // ws re-emits the HTTP server's errors (EADDRINUSE at listen among them) here; the server's own handler reports them.
+  wss.on('error', () => undefined);
   // Over wss:// the stream is TLS already: INFO says tls_required (nats-server's websocket INFO with TLS does).
   const listenerTls: NatsListenerTls = { available: false, required: listen.tls !== undefined };
   wss.on('connection', (ws, req) => {
