@@ -236,7 +236,7 @@ describe('config: storage backends', () => {
       },
     );
     assert.throws(() => loadConfig({ flags: { metastore: 'postgres:' } }), /invalid --metastore/);
-    assert.throws(() => loadConfig({ flags: { wal: 'redis' } }), /invalid --wal: expected file or postgres/);
+    assert.throws(() => loadConfig({ flags: { wal: 'redis' } }), /invalid --wal: expected file, postgres or object/);
     assert.throws(() => loadConfig({ flags: { 'object-store': 'gs://bucket' } }), /invalid --object-store: expected fs or s3:\/\/bucket\/prefix/);
     assert.throws(() => loadConfig({ flags: { 'object-store': 's3://Bad_Bucket/x' } }), /not a valid S3 bucket name/);
     assert.throws(() => loadConfig({ flags: { 'object-store': 's3://bucket/../x' } }), /must not hold \. or \.\. levels/);
@@ -356,5 +356,24 @@ describe('config: cluster mode', () => {
       () => loadConfig({ flags: { ...pgArgs, 'wal-shard': ['mysql://u:hunter2@h/db'] } }),
       (e: Error) => /^invalid --wal-shard: expected a postgres:\/\/ URL/.test(e.message) && !e.message.includes('hunter2'),
     );
+  });
+
+  it('takes --wal object (diskless) on a PostgreSQL metastore, in a cluster too, with its window and size', () => {
+    const object = loadConfig({ flags: { metastore: 'postgres://u@h/db', wal: 'object', 'wal-object-window': '250ms', 'wal-object-max-bytes': '16MiB' } });
+    assert.deepEqual([object.wal, object.walObjectWindow, object.walObjectMaxBytes], ['object', 250, 16 * 1024 * 1024]);
+    assert.deepEqual([loadConfig({}).walObjectWindow, loadConfig({}).walObjectMaxBytes], [100, 8 * 1024 * 1024]);
+    assert.throws(() => loadConfig({ flags: { wal: 'object' } }), /wal object indexes its objects in the metastore's database: it needs --metastore postgres/);
+    assert.throws(
+      () => loadConfig({ flags: { metastore: 'postgres://u@h/db', wal: 'object', 'wal-object-max-bytes': '100' } }),
+      /wal-object-max-bytes must be at least 1KiB/,
+    );
+    const cluster = {
+      metastore: 'postgres://u@h/db',
+      'object-store': 's3://flowmq-bucket/p',
+      cluster: 'true',
+      'cluster-secret': 'a-secret-of-16-chars',
+    };
+    assert.equal(loadConfig({ flags: { ...cluster, wal: 'object' } }).wal, 'object');
+    assert.throws(() => loadConfig({ flags: { ...cluster, wal: 'file' } }), /--wal postgres or object/);
   });
 });
