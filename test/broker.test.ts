@@ -166,6 +166,26 @@ describe('broker protocol modules', () => {
     await again.close();
   });
 
+  it('a WebSocket port in use (MQTT, NATS) fails the start with EADDRINUSE, not an unhandled error event', async () => {
+    const taken = await listen(0);
+    const port = String((taken.address() as { port: number }).port);
+    const flags = { host: '127.0.0.1', 'mqtt-port': '0', 'kafka-port': '0', 'amqp-port': '0', 'nats-port': '0', 'http-port': '0', 'mqtt-ws-port': '0' };
+    try {
+      // Before, ws re-emitted the listen error on its WebSocketServer, unhandled: the process threw (a test's
+      // in-process start hung).
+      await assert.rejects(
+        startBroker(loadConfig({ flags: { ...flags, 'data-dir': freshDir(), 'mqtt-ws-port': port }, env: {} }), pino({ level: 'silent' })),
+        /EADDRINUSE/,
+      );
+      await assert.rejects(
+        startBroker(loadConfig({ flags: { ...flags, 'data-dir': freshDir(), protocols: 'nats', 'nats-ws-port': port }, env: {} }), pino({ level: 'silent' })),
+        /EADDRINUSE/,
+      );
+    } finally {
+      await closeServer(taken);
+    }
+  });
+
   it('a half-configured MQTT TLS listener stops the start before any listener opens', async () => {
     const lines: Array<{ msg: string }> = [];
     const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
