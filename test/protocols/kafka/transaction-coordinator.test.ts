@@ -83,9 +83,12 @@ describe('kafka transaction coordinator: recovery at start', () => {
     assert.equal((await store.getControl('txn', 'rc.commit'))?.data.state, 'CompleteCommit', 'the outcome is stored');
     assert.equal(allocated, 0, 'no producer id allocated by recovery');
 
-    // A coordinator started again (the next restart) knows the aborted transactions from the store.
+    // A coordinator started again (the next restart: its streams are there) knows the aborted transactions from the
+    // store (those of streams that are gone it deletes).
     const m2 = new MemoryStreams();
-    const again = new TransactionCoordinator(new Engine(m2, m2), store, async () => 900, captureLogger().logger);
+    const engine2 = new Engine(m2, m2);
+    for (const [stream] of cases) await engine2.createStream({ name: stream, partitions: 1 });
+    const again = new TransactionCoordinator(engine2, store, async () => 900, captureLogger().logger);
     await again.start(0);
     again.close();
     assert.equal(again.partitions.abortedIn('rc.open', 0, 0, 3).length, 1);
